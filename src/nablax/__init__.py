@@ -1,0 +1,132 @@
+"""nablax: lazy-eager tensors on XLA, kernels, and orchestration.
+
+>>> import nablax as nx
+>>> x = nx.tensor([[1., 2.], [3., 4.]])
+>>> (x @ x + 1).sum().item()
+58.0
+"""
+
+from . import errors
+from .core import realize as _realize_mod
+from .core.dtypes import bfloat16, bool_, complex64, float16, float32, int8, int16, int32, uint8, uint32
+from .core.ops import random
+from .core.ops.creation import (
+    arange,
+    asarray,
+    eye,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    tensor,
+    zeros,
+    zeros_like,
+)
+from .core.ops.elementwise import (
+    abs,
+    add,
+    arctan2,
+    astype,
+    bitwise_and,
+    bitwise_or,
+    bitwise_xor,
+    ceil,
+    clip,
+    cos,
+    divide,
+    equal,
+    erf,
+    exp,
+    expm1,
+    floor,
+    floor_divide,
+    greater,
+    greater_equal,
+    invert,
+    isfinite,
+    isinf,
+    isnan,
+    less,
+    less_equal,
+    log,
+    log1p,
+    logical_and,
+    logical_not,
+    logical_or,
+    logical_xor,
+    maximum,
+    minimum,
+    mod,
+    multiply,
+    negative,
+    not_equal,
+    power,
+    remainder,
+    round,
+    rsqrt,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    square,
+    stop_gradient,
+    subtract,
+    tan,
+    tanh,
+    true_divide,
+    where,
+)
+from .core.ops.index import one_hot, take, take_along_axis
+from .core.ops.linalg import dot, einsum, matmul, outer
+from .core.ops.nn import gelu, log_softmax, relu, silu, softmax, softplus
+from .core.ops.reduce import (
+    all,
+    any,
+    argmax,
+    argmin,
+    argsort,
+    cumsum,
+    logsumexp,
+    max,
+    mean,
+    min,
+    prod,
+    sort,
+    std,
+    sum,
+    topk,
+    var,
+)
+from .core.ops.shape import (
+    broadcast_to,
+    chunk,
+    concatenate,
+    expand_dims,
+    flip,
+    moveaxis,
+    pad,
+    permute,
+    ravel,
+    repeat,
+    reshape,
+    split,
+    squeeze,
+    stack,
+    swapaxes,
+    tile,
+    transpose,
+    unsqueeze,
+)
+from .core.realize import CacheInfo, cache_info, realize
+from .core.tensor import Tensor
+
+__version__ = "0.1.0"
+
+
+def clear_caches() -> None:
+    """Drop every cache nablax keeps (compiled graph structures, ...) and reset their counters."""
+    _realize_mod.clear_cache()
+
+
+__all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,0 +1,97 @@
+"""Every knob of nablax in one place.
+
+Each option has a default, an environment variable (``NABLAX_<NAME>``) and a docstring. Values can be
+overridden for a block of code with :func:`override`, which is scoped by ``contextvars`` so threads and
+async tasks do not see each other's overrides. This is the only module that reads ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+
+
+def _parse_bool(s: str) -> bool:
+    return s.strip().lower() in ("1", "true", "yes", "on")
+
+
+_OPTIONS: dict[str, Option] = {}
+
+
+def _register(name: str, default: Any, parse: Callable[[str], Any], doc: str) -> None:
+    _OPTIONS[name] = Option(name, default, parse, doc)
+
+
+_register(
+    "max_graph_depth",
+    10_000,
+    int,
+    "Depth of a pending (unrealized) graph past which nablax realizes it automatically, so that "
+    "loops that never read a value keep bounded memory and never hit recursion limits.",
+)
+_register(
+    "executable_cache_size",
+    4096,
+    int,
+    "Maximum number of compiled graph structures kept in the realization cache (LRU).",
+)
+_register(
+    "debug_checks",
+    False,
+    _parse_bool,
+    "Run extra internal consistency checks (slower); useful when developing nablax itself.",
+)
+
+_overrides: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
+    "nablax_config_overrides", default={}
+)
+_env_cache: dict[str, Any] = {}
+
+
+def get(name: str) -> Any:
+    """Current value of option ``name``: scoped override, then environment, then default."""
+    ov = _overrides.get()
+    if name in ov:
+        return ov[name]
+    if name in _env_cache:
+        return _env_cache[name]
+    opt = _OPTIONS[name]
+    raw = os.environ.get("NABLAX_" + name.upper())
+    value = opt.default if raw is None else opt.parse(raw)
+    _env_cache[name] = value
+    return value
+
+
+@contextlib.contextmanager
+def override(**values: Any) -> Iterator[None]:
+    """Temporarily set options for the current context (thread / task).
+
+    >>> from nablax import _config
+    >>> with _config.override(max_graph_depth=5):
+    ...     _config.get("max_graph_depth")
+    5
+    """
+    for k in values:
+        if k not in _OPTIONS:
+            raise KeyError(f"nablax config: unknown option {k!r}; known: {sorted(_OPTIONS)}")
+    token = _overrides.set({**_overrides.get(), **values})
+    try:
+        yield
+    finally:
+        _overrides.reset(token)
+
+
+def options() -> dict[str, Option]:
+    """All registered options (for documentation and the CLI)."""
+    return dict(_OPTIONS)

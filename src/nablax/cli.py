@@ -1,0 +1,105 @@
+"""The ``nablax`` command: ``demo``, ``bench``, ``tune``, ``cache``, ``classify``.
+
+``main(argv)`` returns the process exit code (the console-script wrapper passes it to
+``sys.exit``), so tests can call it directly.
+
+>>> main(["cache", "list"])
+2
+"""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+from pathlib import Path
+
+_NOT_YET = "not available yet: arrives with the kernels / xcs layer"
+_BENCH_SCRIPT = Path("bench") / "bench_eager.py"
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from . import demo
+
+    demo.run(steps=args.steps, lr=args.lr, features=args.features, seed=args.seed)
+    return 0
+
+
+def _find_bench_script() -> Path | None:
+    """``bench/bench_eager.py`` of a source checkout: the current directory's, or the one beside
+    ``src/`` for an editable install. Wheels do not ship ``bench/``."""
+    here = Path(__file__).resolve()
+    for root in (Path.cwd(), here.parents[2]):
+        candidate = root / _BENCH_SCRIPT
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    script = _find_bench_script()
+    if script is None:
+        print(
+            "nablax bench: the benchmarks live in bench/ of a source checkout, which this "
+            "installation does not have. Fix: clone the repository, then run "
+            "`python bench/bench_eager.py` (or `nablax bench`) from its root; "
+            'install PyTorch for its column with `pip install -e ".[bench]"`.',
+            file=sys.stderr,
+        )
+        return 2
+    bench_main = runpy.run_path(str(script), run_name="nablax_bench")["main"]
+    bench_args = ["--quick"] if args.quick else []
+    if args.out:
+        bench_args += ["--out", args.out]
+    return int(bench_main(bench_args) or 0)
+
+
+def _cmd_not_yet(args: argparse.Namespace) -> int:
+    print(f"nablax {args.command}: {_NOT_YET}", file=sys.stderr)
+    return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nablax",
+        description="nablax: lazy-eager tensors on XLA, tunable kernels, and orchestration.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    d = sub.add_parser("demo", help="fit logistic regression in eager nablax (a few seconds)")
+    d.add_argument("--steps", type=int, default=300, help="gradient steps (default 300)")
+    d.add_argument("--lr", type=float, default=0.5, help="learning rate (default 0.5)")
+    d.add_argument("--features", type=int, default=4, help="features, 2-8 (default 4)")
+    d.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
+    d.set_defaults(func=_cmd_demo)
+
+    b = sub.add_parser("bench", help="eager-overhead benchmark vs NumPy / JAX / PyTorch")
+    b.add_argument("--quick", action="store_true", help="fewer repetitions")
+    b.add_argument("--out", metavar="PATH", help="also write the results as JSON")
+    b.set_defaults(func=_cmd_bench)
+
+    t = sub.add_parser("tune", help="autotune kernels (" + _NOT_YET + ")")
+    t.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    t.set_defaults(func=_cmd_not_yet)
+
+    c = sub.add_parser("cache", help="inspect the kernel config cache (" + _NOT_YET + ")")
+    c.add_argument("action", nargs="?", choices=["list", "show", "clear"], default="list")
+    c.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    c.set_defaults(func=_cmd_not_yet)
+
+    k = sub.add_parser("classify", help="classify functions for xcs (" + _NOT_YET + ")")
+    k.add_argument("target", nargs="?", metavar="PATH_OR_MODULE")
+    k.set_defaults(func=_cmd_not_yet)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``nablax`` command line with ``argv`` (default ``sys.argv[1:]``); return the exit
+    code. Usage errors exit through ``argparse`` with code 2."""
+    args = _parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

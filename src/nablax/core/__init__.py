@@ -1,0 +1,1 @@
+"""The lazy-eager tensor core: graph, primitives, realization and the op families."""

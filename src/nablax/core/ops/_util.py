@@ -1,0 +1,88 @@
+"""Small helpers shared by the op families: argument normalization and shape arithmetic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import ShapeError, op_error
+
+_bcast_cache: dict[tuple, tuple] = {}
+
+
+def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
+    """NumPy broadcasting of ``shapes``; raises a ``ShapeError`` naming ``op`` and the shapes."""
+    key = (op, shapes)
+    try:
+        return _bcast_cache[key]
+    except KeyError:
+        pass
+    ndim = max(len(s) for s in shapes)
+    out = []
+    for axis in range(-ndim, 0):
+        size = 1
+        for s in shapes:
+            if len(s) >= -axis:
+                d = s[axis]
+                if d != 1:
+                    if size != 1 and size != d:
+                        raise op_error(
+                            ShapeError,
+                            op,
+                            f"shapes {' and '.join(str(tuple(s)) for s in shapes)} cannot be "
+                            f"broadcast together (axis {axis}: {size} vs {d})",
+                            "make the sizes equal or 1 on that axis (reshape / expand_dims)",
+                        )
+                    size = d
+        out.append(size)
+    r = tuple(out)
+    if len(_bcast_cache) < 4096:
+        _bcast_cache[key] = r
+    return r
+
+
+def norm_axis(op: str, axis: Any, ndim: int, name: str = "axis") -> int:
+    """Normalize one (possibly negative) axis, or raise naming the op, the axis and the rank."""
+    try:
+        a = int(axis)
+    except TypeError:
+        raise op_error(TypeError, op, f"{name} must be an int, got {type(axis).__name__}") from None
+    if not -ndim <= a < ndim:
+        raise op_error(
+            ShapeError,
+            op,
+            f"{name}={axis} is out of range for a tensor with {ndim} dimension(s)",
+            f"use an {name} in [{-ndim}, {ndim - 1}]" if ndim else "0-d tensors have no axes",
+        )
+    return a % ndim if ndim else 0
+
+
+def norm_axes(op: str, axis: Any, ndim: int) -> tuple:
+    """``None`` -> all axes; int or sequence -> sorted tuple of distinct non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (tuple, list)):
+        axes = tuple(norm_axis(op, a, ndim) for a in axis)
+        if len(set(axes)) != len(axes):
+            raise op_error(ShapeError, op, f"repeated axis in axis={axis}")
+        return tuple(sorted(axes))
+    return (norm_axis(op, axis, ndim),)
+
+
+def norm_shape(op: str, shape: Any) -> tuple:
+    """A shape argument (int or sequence of ints, tensors of ints allowed) as a tuple of ints."""
+    if isinstance(shape, (int,)) or hasattr(shape, "__index__") and not hasattr(shape, "__len__"):
+        shape = (shape,)
+    try:
+        out = tuple(int(operator_index(d)) for d in shape)
+    except TypeError:
+        raise op_error(TypeError, op, f"shape must be a sequence of ints, got {shape!r}") from None
+    for d in out:
+        if d < 0:
+            raise op_error(ShapeError, op, f"negative dimension in shape {out}")
+    return out
+
+
+def operator_index(d: Any) -> int:
+    import operator
+
+    return operator.index(d)

@@ -1,0 +1,309 @@
+"""Indexing: ``x[idx]``, ``x.at[idx].set/add``, ``x[idx] = v``, ``take``, ``take_along_axis``,
+``one_hot``.
+
+Every index expression becomes one ``gather`` (read) or ``scatter`` (update) node whose static
+parameter is the *index structure* (ints, slices, ``None``, ``...`` and placeholders for integer
+index tensors, which are node inputs). Semantics are NumPy's, computed with NumPy itself on a
+zero-strided dummy array, so shapes and errors match NumPy exactly and are raised when the op is
+built. Integer index tensors whose values are unknown follow JAX (out-of-range reads clamp,
+out-of-range updates are dropped); concrete NumPy/list indices are bounds-checked like NumPy.
+
+Boolean masks depend on data: the mask is realized and turned into integer indices (eager code only).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import ShapeError, op_error
+from .. import dtypes
+from ..primitive import primitive
+from ..tensor import Tensor, TensorImpl, bind, impl_from_array, to_impl
+from ._util import broadcast_shapes, norm_axis
+
+_T = ("t",)  # placeholder for an index tensor in the structure
+
+
+def _dummy(shape) -> np.ndarray:
+    return np.broadcast_to(np.int8(0), shape)
+
+
+def _rebuild(structure, idx_values):
+    it = iter(idx_values)
+    out = []
+    for item in structure:
+        if item is _T or item == _T:
+            out.append(next(it))
+        elif item[0] == "i":
+            out.append(item[1])
+        elif item[0] == "s":
+            out.append(slice(item[1], item[2], item[3]))
+        elif item[0] == "n":
+            out.append(None)
+        else:
+            out.append(Ellipsis)
+    return tuple(out)
+
+
+def _gather_shape(x_shape, structure, idx_avals) -> tuple:
+    dummies = [np.zeros(s, dtype=np.intp) for s, _ in idx_avals]
+    try:
+        return _dummy(x_shape)[_rebuild(structure, dummies)].shape
+    except IndexError as e:
+        raise op_error(IndexError, "getitem", f"{e} (tensor shape {x_shape})") from None
+
+
+def _gather_aval(params, x, *idx):
+    return ((_gather_shape(x[0], params[0], idx), x[1]),)
+
+
+def _gather_lower(params, x, *idx):
+    return x[_rebuild(params[0], idx)]
+
+
+gather_p = primitive("gather", _gather_aval, _gather_lower)
+
+
+def _scatter_aval(params, x, v, *idx):
+    return (x,)
+
+
+def _scatter_lower(params, x, v, *idx):
+    structure, mode = params
+    ref = x.at[_rebuild(structure, idx)]
+    v = v.astype(x.dtype)
+    return ref.set(v) if mode == "set" else ref.add(v)
+
+
+scatter_p = primitive("scatter", _scatter_aval, _scatter_lower)
+
+# ---- index parsing ---------------------------------------------------------------------------
+
+
+def _as_int(v, what: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, Tensor):
+        return int(v)
+    try:
+        return int(np.asarray(v).__index__()) if not isinstance(v, int) else v
+    except TypeError:
+        raise IndexError(f"nx.getitem: {what} must be an int or None, got {v!r}") from None
+
+
+def _parse(x: TensorImpl, idx):
+    """Index expression -> (structure, index impls, concrete index arrays for bounds checks)."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    structure: list = []
+    tensors: list[TensorImpl] = []
+    concrete: list = []  # numpy arrays aligned with tensors (None for pending tensors)
+    for item in idx:
+        if item is None:
+            structure.append(("n",))
+        elif item is Ellipsis:
+            structure.append(("e",))
+        elif isinstance(item, slice):
+            structure.append(
+                ("s", _as_int(item.start, "slice start"), _as_int(item.stop, "slice stop"),
+                 _as_int(item.step, "slice step"))
+            )
+        elif isinstance(item, (bool, np.bool_)):
+            _add_mask(np.asarray(item), structure, tensors, concrete)
+        elif isinstance(item, (int, np.integer)):
+            structure.append(("i", int(item)))
+        elif isinstance(item, Tensor):
+            if item.dtype == dtypes.bool_:
+                _add_mask(item.numpy(), structure, tensors, concrete)  # realizes: shape is data
+            elif dtypes.is_integer(item.dtype):
+                structure.append(_T)
+                tensors.append(item._impl)
+                concrete.append(None)
+            else:
+                raise IndexError(
+                    f"nx.getitem: index tensors must be integer or bool, got {item.dtype}"
+                )
+        else:
+            arr = np.asarray(item)
+            if arr.dtype == np.bool_:
+                _add_mask(arr, structure, tensors, concrete)
+            elif arr.dtype.kind in "iu" or (arr.dtype == object and arr.size == 0) or (
+                arr.size == 0 and arr.dtype.kind == "f"
+            ):
+                arr = arr.astype(np.int32)
+                structure.append(_T)
+                tensors.append(impl_from_array(_device(arr)))
+                concrete.append(arr)
+            else:
+                raise IndexError(
+                    f"nx.getitem: only integers, slices, None, ..., and integer or boolean "
+                    f"arrays are valid indices, got {type(item).__name__} {item!r}"[:200]
+                )
+    return tuple(structure), tensors, concrete
+
+
+def _device(arr):
+    import jax.numpy as jnp
+
+    return jnp.asarray(arr)
+
+
+def _add_mask(mask: np.ndarray, structure, tensors, concrete) -> None:
+    if mask.ndim == 0:
+        # x[True] adds an axis of length 1, x[False] one of length 0 (NumPy)
+        structure.append(("n",))
+        arr = np.zeros((1 if mask else 0,), dtype=np.int32)
+        structure.append(_T)
+        tensors.append(impl_from_array(_device(arr)))
+        concrete.append(None)  # indexes the new axis; always in bounds
+        return
+    for a in np.nonzero(mask):
+        arr = a.astype(np.int32)
+        structure.append(_T)
+        tensors.append(impl_from_array(_device(arr)))
+        concrete.append(arr)
+
+
+def _check_concrete(x: TensorImpl, structure, tensors, concrete, op: str) -> None:
+    if all(c is None for c in concrete):
+        return
+    vals = [c if c is not None else np.zeros(t.shape, np.intp) for c, t in zip(concrete, tensors)]
+    try:
+        _dummy(x.shape)[_rebuild(structure, vals)]
+    except IndexError as e:
+        raise op_error(IndexError, op, f"{e} (tensor shape {x.shape})") from None
+
+
+def getitem(x, idx) -> Tensor:
+    """``x[idx]`` with NumPy semantics (basic and advanced indexing, boolean masks).
+
+    >>> import nablax as nx
+    >>> x = nx.arange(12).reshape(3, 4)
+    >>> x[1:, [0, 3]].tolist()
+    [[4, 7], [8, 11]]
+    >>> x[x % 5 == 0].tolist()
+    [0, 5, 10]
+    """
+    xi = x._impl if isinstance(x, Tensor) else to_impl(x)
+    structure, tensors, concrete = _parse(xi, idx)
+    _check_concrete(xi, structure, tensors, concrete, "getitem")
+    if all(s == ("s", None, None, None) for s in structure) or structure == (("e",),):
+        return Tensor._wrap(xi)
+    return Tensor._wrap(bind(gather_p, [xi, *tensors], (structure,))[0])
+
+
+def _update(x, idx, v, mode: str) -> Tensor:
+    xi = x._impl if isinstance(x, Tensor) else to_impl(x)
+    structure, tensors, concrete = _parse(xi, idx)
+    _check_concrete(xi, structure, tensors, concrete, f"at[].{mode}")
+    target = _gather_shape(xi.shape, structure, [(t.shape, t.dtype) for t in tensors])
+    vi = v._impl if isinstance(v, Tensor) else to_impl(v, xi.dtype)
+    try:
+        if broadcast_shapes("at[].set", vi.shape, target) != target:
+            raise ShapeError
+    except ShapeError:
+        raise op_error(
+            ShapeError,
+            f"at[].{mode}",
+            f"value of shape {vi.shape} cannot be broadcast to the indexed shape {target}",
+        ) from None
+    return Tensor._wrap(bind(scatter_p, [xi, vi, *tensors], (structure, mode))[0])
+
+
+class _IndexUpdateRef:
+    __slots__ = ("_x", "_idx")
+
+    def __init__(self, x, idx) -> None:
+        self._x = x
+        self._idx = idx
+
+    def set(self, values) -> Tensor:
+        """A new tensor equal to ``x`` with ``x[idx]`` replaced by ``values``."""
+        return _update(self._x, self._idx, values, "set")
+
+    def add(self, values) -> Tensor:
+        """A new tensor with ``values`` added at ``idx`` (duplicate indices accumulate)."""
+        return _update(self._x, self._idx, values, "add")
+
+    def get(self) -> Tensor:
+        return getitem(self._x, self._idx)
+
+
+class _IndexUpdateHelper:
+    """``x.at[idx]``: functional updates, as ``jax.Array.at``."""
+
+    __slots__ = ("_x",)
+
+    def __init__(self, x) -> None:
+        self._x = x
+
+    def __getitem__(self, idx) -> _IndexUpdateRef:
+        return _IndexUpdateRef(self._x, idx)
+
+
+def _setitem(self: Tensor, idx, value) -> None:
+    # Rebind this tensor object to the updated value; tensors computed from it earlier keep theirs.
+    self._impl = _update(self, idx, value, "set")._impl
+
+
+def take(x, indices, axis: int | None = None) -> Tensor:
+    """Elements of ``x`` at ``indices`` along ``axis`` (flattened when None), as ``numpy.take``."""
+    t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x))
+    if axis is None:
+        from .shape import reshape
+
+        return getitem(reshape(t, -1), indices)
+    ax = norm_axis("take", axis, t.ndim)
+    return getitem(t, (slice(None),) * ax + (indices,))
+
+
+def take_along_axis(arr, indices, axis: int) -> Tensor:
+    """Pick values along ``axis`` with an index tensor of the same rank, as NumPy's."""
+    from .creation import iota
+
+    t = arr if isinstance(arr, Tensor) else Tensor._wrap(to_impl(arr))
+    ind = indices if isinstance(indices, Tensor) else Tensor._wrap(to_impl(np.asarray(indices)))
+    if ind.ndim != t.ndim:
+        raise op_error(
+            ShapeError,
+            "take_along_axis",
+            f"indices must have the same rank as arr: got {ind.shape} for arr {t.shape}",
+        )
+    ax = norm_axis("take_along_axis", axis, t.ndim)
+    shape = broadcast_shapes(
+        "take_along_axis",
+        tuple(d for i, d in enumerate(t.shape) if i != ax),
+        tuple(d for i, d in enumerate(ind.shape) if i != ax),
+    )
+    full = list(shape)
+    full.insert(ax, ind.shape[ax])
+    index = []
+    for d in range(t.ndim):
+        if d == ax:
+            index.append(ind)
+        else:
+            grid = [1] * t.ndim
+            grid[d] = t.shape[d]
+            index.append(iota(dtypes.int32, tuple(grid), d))
+    return getitem(t, tuple(index))
+
+
+def one_hot(x, num_classes: int, dtype=None) -> Tensor:
+    """One-hot encoding along a new last axis (``jax.nn.one_hot``; out-of-range gives zeros)."""
+    from .creation import iota
+    from .elementwise import astype, equal
+    from .shape import expand_dims
+
+    t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x))
+    classes = iota(dtypes.int32, (num_classes,), 0)
+    return astype(equal(expand_dims(t, -1), classes), dtypes.canonicalize(dtype))
+
+
+def _install_methods() -> None:
+    Tensor.__getitem__ = getitem
+    Tensor.__setitem__ = _setitem
+    Tensor.at = property(lambda self: _IndexUpdateHelper(self))
+    Tensor.take = take
+
+
+_install_methods()

@@ -1,0 +1,85 @@
+"""Neural-network functions, all composites: activations following ``jax.nn`` (``relu``, ``gelu``,
+``silu``, ``softplus``), ``softmax`` and ``log_softmax``."""
+
+from __future__ import annotations
+
+import math
+
+from .. import dtypes
+from ..tensor import Tensor, to_impl
+from ._util import norm_axes
+from .elementwise import (
+    abs,
+    astype,
+    erf,
+    exp,
+    log1p,
+    maximum,
+    multiply,
+    sigmoid,
+    stop_gradient,
+    subtract,
+    tanh,
+)
+from .reduce import logsumexp, max, sum
+
+
+def _t(x) -> Tensor:
+    t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x))
+    return astype(t, dtypes.to_float(t.dtype))
+
+
+def relu(x) -> Tensor:
+    """``max(x, 0)``."""
+    return maximum(x, 0)
+
+
+def gelu(x, approximate: bool = True) -> Tensor:
+    """GELU as ``jax.nn.gelu`` (tanh approximation by default)."""
+    x = _t(x)
+    if approximate:
+        c = math.sqrt(2 / math.pi)
+        return 0.5 * x * (1 + tanh(c * (x + 0.044715 * (x * x * x))))
+    return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+
+
+def silu(x) -> Tensor:
+    """``x * sigmoid(x)`` (a.k.a. swish)."""
+    x = _t(x)
+    return multiply(x, sigmoid(x))
+
+
+def softplus(x) -> Tensor:
+    """``log(1 + exp(x))``, computed stably."""
+    x = _t(x)
+    return maximum(x, 0) + log1p(exp(-abs(x)))
+
+
+def softmax(x, axis=-1) -> Tensor:
+    """``exp(x) / sum(exp(x))`` along ``axis``, shifted by the max for stability.
+
+    >>> import nablax as nx
+    >>> [round(v, 4) for v in nx.softmax(nx.tensor([1., 2., 3.])).tolist()]
+    [0.09, 0.2447, 0.6652]
+    """
+    x = _t(x)
+    axes = norm_axes("softmax", axis, x.ndim)
+    e = exp(subtract(x, stop_gradient(max(x, axes, keepdims=True))))
+    return e / sum(e, axes, keepdims=True)
+
+
+def log_softmax(x, axis=-1) -> Tensor:
+    """``x - logsumexp(x)`` along ``axis``."""
+    x = _t(x)
+    axes = norm_axes("log_softmax", axis, x.ndim)
+    lse = logsumexp(x, axes, keepdims=True)
+    return subtract(x, lse)
+
+
+def _install_methods() -> None:
+    Tensor.relu = relu
+    Tensor.softmax = softmax
+    Tensor.log_softmax = log_softmax
+
+
+_install_methods()

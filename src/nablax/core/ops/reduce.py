@@ -1,0 +1,274 @@
+"""Reductions (sum, max, min, prod, argmax, argmin), scans (cumsum), sorting (sort, argsort, topk)
+and the statistics built on them (mean, var, std, logsumexp, all, any)."""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+import jax.numpy as jnp
+from jax import lax
+
+from ...errors import DTypeError, ShapeError, op_error
+from .. import dtypes
+from ..primitive import primitive
+from ..tensor import Tensor, bind
+from ._util import norm_axes, norm_axis
+from .elementwise import astype, exp, log, multiply, sqrt, stop_gradient, subtract, where
+from .shape import _impl, reshape
+
+
+def _reduced_shape(shape, axes):
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def _sum_dtype(d):
+    return dtypes.int32 if d == dtypes.bool_ or (dtypes.is_integer(d) and d.itemsize < 4) else d
+
+
+def _reduce_prim(name, fn, out_dtype=lambda d: d):
+    def aval(params, x):
+        return ((_reduced_shape(x[0], params[0]), out_dtype(x[1])),)
+
+    def lower(params, x):
+        return fn(x, axis=params[0]).astype(out_dtype(x.dtype))
+
+    return primitive(name, aval, lower)
+
+
+reduce_sum_p = _reduce_prim("reduce_sum", jnp.sum, _sum_dtype)
+reduce_prod_p = _reduce_prim("reduce_prod", jnp.prod, _sum_dtype)
+reduce_max_p = _reduce_prim("reduce_max", jnp.max)
+reduce_min_p = _reduce_prim("reduce_min", jnp.min)
+
+
+def _arg_prim(name, fn):
+    def aval(params, x):
+        return ((_reduced_shape(x[0], (params[0],)), dtypes.int32),)
+
+    def lower(params, x):
+        return fn(x, axis=params[0]).astype(jnp.int32)
+
+    return primitive(name, aval, lower, differentiable=False)
+
+
+argmax_p = _arg_prim("argmax", jnp.argmax)
+argmin_p = _arg_prim("argmin", jnp.argmin)
+
+cumsum_p = primitive(
+    "cumsum",
+    lambda params, x: ((x[0], _sum_dtype(x[1])),),
+    lambda params, x: lax.cumsum(x.astype(_sum_dtype(x.dtype)), axis=params[0], reverse=params[1]),
+)
+sort_p = primitive(
+    "sort", lambda params, x: (x,), lambda params, x: jnp.sort(x, axis=params[0], stable=True)
+)
+argsort_p = primitive(
+    "argsort",
+    lambda params, x: ((x[0], dtypes.int32),),
+    lambda params, x: jnp.argsort(x, axis=params[0], stable=True).astype(jnp.int32),
+    differentiable=False,
+)
+
+
+def _topk_aval(params, x):
+    shape = x[0][:-1] + (params[0],)
+    return ((shape, x[1]), (shape, dtypes.int32))
+
+
+def _topk_lower(params, x):
+    v, i = lax.top_k(x, params[0])
+    return v, i.astype(jnp.int32)
+
+
+top_k_p = primitive("top_k", _topk_aval, _topk_lower, multiple_results=True)
+
+# ---- public ops ------------------------------------------------------------------------------
+
+
+def _keep(t: Tensor, shape, axes, keepdims: bool) -> Tensor:
+    if not keepdims:
+        return t
+    return reshape(t, tuple(1 if i in axes else d for i, d in enumerate(shape)))
+
+
+def _reduce(op: str, prim, x, axis, keepdims: bool, dtype=None) -> Tensor:
+    xi = _impl(x, op)
+    if dtype is not None:
+        xi = astype(Tensor._wrap(xi), dtype)._impl
+    axes = norm_axes(op, axis, len(xi.shape))
+    if prim in (reduce_max_p, reduce_min_p) and builtins.any(xi.shape[a] == 0 for a in axes):
+        raise op_error(
+            ShapeError,
+            op,
+            f"zero-size reduction over axis {axes} of shape {xi.shape} has no identity",
+            "pass a non-empty tensor, or use nx.where with an explicit initial value",
+        )
+    out = Tensor._wrap(bind(prim, [xi], (axes,))[0])
+    return _keep(out, xi.shape, axes, keepdims)
+
+
+def sum(x, axis=None, keepdims: bool = False, dtype=None) -> Tensor:  # noqa: A001
+    """Sum over ``axis`` (None: all axes). Bools and small ints sum in int32, as in JAX.
+
+    >>> import nablax as nx
+    >>> nx.arange(6).reshape(2, 3).sum(axis=1).tolist()
+    [3, 12]
+    """
+    return _reduce("sum", reduce_sum_p, x, axis, keepdims, dtype)
+
+
+def prod(x, axis=None, keepdims: bool = False, dtype=None) -> Tensor:
+    """Product over ``axis``."""
+    return _reduce("prod", reduce_prod_p, x, axis, keepdims, dtype)
+
+
+def max(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Maximum over ``axis`` (NaN-propagating, as ``numpy.max``)."""
+    return _reduce("max", reduce_max_p, x, axis, keepdims)
+
+
+def min(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """Minimum over ``axis``."""
+    return _reduce("min", reduce_min_p, x, axis, keepdims)
+
+
+def all(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """True where every element along ``axis`` is non-zero."""
+    return _reduce("all", reduce_min_p, astype(x, dtypes.bool_), axis, keepdims)
+
+
+def any(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    """True where some element along ``axis`` is non-zero."""
+    return _reduce("any", reduce_max_p, astype(x, dtypes.bool_), axis, keepdims)
+
+
+def _count(shape, axes) -> int:
+    return math.prod(shape[a] for a in axes)
+
+
+def mean(x, axis=None, keepdims: bool = False, dtype=None) -> Tensor:
+    """Arithmetic mean over ``axis``; integer inputs give float32."""
+    xi = _impl(x, "mean")
+    dt = dtypes.canonicalize(dtype) if dtype is not None else dtypes.to_float(xi.dtype)
+    t = astype(Tensor._wrap(xi), dt)
+    axes = norm_axes("mean", axis, len(xi.shape))
+    return sum(t, axes, keepdims) / _count(xi.shape, axes)
+
+
+def var(x, axis=None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+    """Variance with NumPy's default ``ddof=0``."""
+    xi = _impl(x, "var")
+    t = astype(Tensor._wrap(xi), dtypes.to_float(xi.dtype))
+    axes = norm_axes("var", axis, len(xi.shape))
+    centered = subtract(t, mean(t, axes, keepdims=True))
+    if dtypes.is_complex(t.dtype):
+        sq = (centered * centered.conj()).real  # pragma: no cover - complex support is minimal
+    else:
+        sq = multiply(centered, centered)
+    return sum(sq, axes, keepdims) / (_count(xi.shape, axes) - ddof)
+
+
+def std(x, axis=None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+    """Standard deviation with NumPy's default ``ddof=0``."""
+    return sqrt(var(x, axis, keepdims, ddof))
+
+
+def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
+    """``log(sum(exp(x)))`` computed stably (shifted by the max), as ``jax.nn.logsumexp``."""
+    xi = _impl(x, "logsumexp")
+    t = astype(Tensor._wrap(xi), dtypes.to_float(xi.dtype))
+    axes = norm_axes("logsumexp", axis, len(xi.shape))
+    m = stop_gradient(max(t, axes, keepdims=True))
+    m = where(m.isfinite(), m, 0.0)
+    out = log(sum(exp(subtract(t, m)), axes, keepdims=True)) + m
+    return _keep(reshape(out, _reduced_shape(xi.shape, axes)), xi.shape, axes, keepdims)
+
+
+def _arg(op, prim, x, axis, keepdims):
+    xi = _impl(x, op)
+    t = Tensor._wrap(xi)
+    if axis is None:
+        t = reshape(t, -1)
+        ax = 0
+    else:
+        ax = norm_axis(op, axis, len(xi.shape))
+    if t.shape[ax] == 0:
+        raise op_error(ShapeError, op, f"attempt to get {op} of an empty sequence (shape {xi.shape})")
+    out = Tensor._wrap(bind(prim, [t._impl], (ax,))[0])
+    if keepdims:
+        if axis is None:
+            return reshape(out, (1,) * len(xi.shape))
+        return _keep(out, xi.shape, (ax,), True)
+    return out
+
+
+def argmax(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Index of the maximum (first occurrence), int32."""
+    return _arg("argmax", argmax_p, x, axis, keepdims)
+
+
+def argmin(x, axis=None, keepdims: bool = False) -> Tensor:
+    """Index of the minimum (first occurrence), int32."""
+    return _arg("argmin", argmin_p, x, axis, keepdims)
+
+
+def cumsum(x, axis=None, dtype=None) -> Tensor:
+    """Cumulative sum along ``axis`` (None: over the flattened tensor)."""
+    t = Tensor._wrap(_impl(x, "cumsum"))
+    if dtype is not None:
+        t = astype(t, dtype)
+    if axis is None:
+        t, axis = reshape(t, -1), 0
+    ax = norm_axis("cumsum", axis, t.ndim)
+    return Tensor._wrap(bind(cumsum_p, [t._impl], (ax, False))[0])
+
+
+def _sortable(op, x, axis):
+    t = Tensor._wrap(_impl(x, op))
+    if axis is None:
+        t, axis = reshape(t, -1), 0
+    if t.ndim == 0:
+        raise op_error(ShapeError, op, "cannot sort a 0-d tensor")
+    return t, norm_axis(op, axis, t.ndim)
+
+
+def sort(x, axis: int | None = -1) -> Tensor:
+    """Sorted copy along ``axis`` (stable), as ``numpy.sort``."""
+    t, ax = _sortable("sort", x, axis)
+    return Tensor._wrap(bind(sort_p, [t._impl], (ax,))[0])
+
+
+def argsort(x, axis: int | None = -1) -> Tensor:
+    """Indices that sort ``x`` along ``axis`` (stable), int32."""
+    t, ax = _sortable("argsort", x, axis)
+    return Tensor._wrap(bind(argsort_p, [t._impl], (ax,))[0])
+
+
+def topk(x, k: int, axis: int = -1) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest values along ``axis`` and their indices, largest first (``lax.top_k``)."""
+    from .shape import moveaxis
+
+    t, ax = _sortable("topk", x, axis)
+    if not 0 <= k <= t.shape[ax]:
+        raise op_error(ShapeError, "topk", f"k={k} is out of range for axis of size {t.shape[ax]}")
+    if dtypes.is_complex(t.dtype) or t.dtype == dtypes.bool_:
+        raise op_error(DTypeError, "topk", f"unsupported dtype {t.dtype}")
+    moved = ax != t.ndim - 1
+    if moved:
+        t = moveaxis(t, ax, -1)
+    v, i = (Tensor._wrap(o) for o in bind(top_k_p, [t._impl], (int(k),)))
+    if moved:
+        v, i = moveaxis(v, -1, ax), moveaxis(i, -1, ax)
+    return v, i
+
+
+def _install_methods() -> None:
+    T = Tensor
+    for f in (sum, prod, max, min, all, any, mean, var, std, argmax, argmin, cumsum, sort, argsort):
+        setattr(T, f.__name__, f)
+    T.logsumexp = logsumexp
+    T.topk = topk
+
+
+_install_methods()

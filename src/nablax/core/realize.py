@@ -1,0 +1,239 @@
+"""Realization: lower a pending subgraph to one ``jax.jit`` program, cached by graph structure.
+
+``realize_impls(impls)`` collects the pending nodes behind ``impls`` (see :func:`graph.toposort`),
+numbers every value they use, and builds a *structure key*: primitives, static parameters, wiring,
+leaf shapes/dtypes, constant dtypes and which outputs are wanted — never values. Programs are cached
+by that key (LRU), so an eager loop that builds the same graph every iteration compiles once; Python
+scalars travel as runtime arguments (grouped in one array per dtype), so changing a learning rate does
+not recompile either.
+
+Outputs of the program are the requested tensors plus every intermediate in the subgraph whose
+``TensorImpl`` the user still holds (weakly referenced by its node), so those are never recomputed.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass
+
+import jax
+import numpy as np
+
+from .. import _config
+from .graph import Const, toposort
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """Counters of the realization cache (``nx.cache_info()``)."""
+
+    compiles: int
+    hits: int
+    executables: int
+    realizations: int
+    evictions: int
+
+
+class _State:
+    def __init__(self) -> None:
+        self.cache: collections.OrderedDict = collections.OrderedDict()
+        self.compiles = 0
+        self.hits = 0
+        self.realizations = 0
+        self.evictions = 0
+        self.epoch = 0  # bumped on every realization that runs a program (graph-break detection)
+        self.lock = threading.RLock()
+
+
+_S = _State()
+
+
+def cache_info() -> CacheInfo:
+    """Counters of the realization cache.
+
+    >>> import nablax as nx
+    >>> nx.clear_caches()
+    >>> for _ in range(3):
+    ...     y = (nx.ones(4) * 2 + 1).sum().item()
+    >>> info = nx.cache_info()
+    >>> (info.compiles, info.hits)
+    (1, 2)
+    """
+    return CacheInfo(_S.compiles, _S.hits, len(_S.cache), _S.realizations, _S.evictions)
+
+
+def clear_cache() -> None:
+    """Drop every cached executable and reset the counters."""
+    with _S.lock:
+        _S.cache.clear()
+        _S.compiles = _S.hits = _S.realizations = _S.evictions = 0
+
+
+def epoch() -> int:
+    """Number of program executions so far; a change means some value was realized."""
+    return _S.epoch
+
+
+def realize_impls(impls) -> None:
+    """Compute every pending impl in ``impls`` (and live intermediates) with one program."""
+    roots = []
+    seen = set()
+    for impl in impls:
+        if impl.value is None:
+            node = impl.src[0]
+            if node not in seen:
+                seen.add(node)
+                roots.append(node)
+    if not roots:
+        return
+    with _S.lock:
+        _realize(roots, impls)
+
+
+def _realize(roots, requested) -> None:
+    order = toposort(roots)
+    key, leaves, consts, out_impls, node_pos = _structure(order, requested)
+    fn = _S.cache.get(key)
+    if fn is None:
+        fn = _compile(key)
+    else:
+        _S.hits += 1
+        _S.cache.move_to_end(key)
+    results = fn(leaves, consts)
+    _S.realizations += 1
+    _S.epoch += 1
+    _store(order, node_pos, out_impls, results)
+
+
+def _structure(order, requested):
+    """Number all values, and build the structure key plus the runtime arguments."""
+    node_pos: dict = {}  # node -> slot of its first output
+    leaf_slot: dict = {}  # id(array) -> slot
+    leaves: list = []
+    leaf_desc: list = []
+    const_groups: dict = {}  # dtype -> list of python values
+    const_desc: list = []
+    prog: list = []
+    n = 0
+    for node in order:
+        codes = []
+        for inp in node.inputs:
+            t = type(inp)
+            if t is tuple:
+                m, j = inp
+                base = node_pos.get(m)
+                if base is not None:
+                    codes.append(base + j)
+                    continue
+                inp = m.values[j]
+            elif t is Const:
+                group = const_groups.get(inp.dtype)
+                if group is None:
+                    group = const_groups[inp.dtype] = []
+                const_desc.append((n, inp.dtype, len(group)))
+                group.append(inp.value)
+                codes.append(n)
+                n += 1
+                continue
+            s = leaf_slot.get(id(inp))
+            if s is None:
+                s = leaf_slot[id(inp)] = n
+                leaves.append(inp)
+                leaf_desc.append((n, inp.shape, inp.dtype))
+                n += 1
+            codes.append(s)
+        node_pos[node] = n
+        nout = len(node.outs)
+        prog.append((node.prim, node.params, tuple(codes), n, nout))
+        n += nout
+    out_impls = []
+    out_codes = []
+    for node in order:
+        base = node_pos[node]
+        for j, wr in enumerate(node.outs):
+            impl = wr()
+            if impl is not None and impl.value is None and impl.src[0] is node:
+                out_impls.append(impl)
+                out_codes.append(base + j)
+    group_dtypes = tuple(const_groups)
+    consts = tuple(np.asarray(const_groups[d], dtype=d) for d in group_dtypes)
+    key = (tuple(prog), tuple(leaf_desc), tuple(const_desc), tuple(out_codes), n)
+    return key, leaves, consts, out_impls, node_pos
+
+
+def _compile(key):
+    prog, leaf_desc, const_desc, out_codes, n_slots = key
+    group_index = {}
+    for _, d, _k in const_desc:
+        group_index.setdefault(d, len(group_index))
+    const_plan = [(slot, group_index[d], k) for slot, d, k in const_desc]
+    leaf_slots = [slot for slot, _, _ in leaf_desc]
+
+    def program(leaves, consts):
+        env = [None] * n_slots
+        for slot, v in zip(leaf_slots, leaves):
+            env[slot] = v
+        for slot, g, k in const_plan:
+            env[slot] = consts[g][k]
+        for prim, params, codes, base, nout in prog:
+            r = prim.lower(params, *[env[c] for c in codes])
+            if prim.multiple_results:
+                env[base : base + nout] = list(r)
+            else:
+                env[base] = r
+        return [env[c] for c in out_codes]
+
+    fn = jax.jit(program)
+    _S.compiles += 1
+    _S.cache[key] = fn
+    limit = _config.get("executable_cache_size")
+    while len(_S.cache) > limit:
+        _S.cache.popitem(last=False)
+        _S.evictions += 1
+    return fn
+
+
+def _store(order, node_pos, out_impls, results) -> None:
+    for impl, val in zip(out_impls, results):
+        node, j = impl.src
+        if node.values is None:
+            node.values = [None] * len(node.outs)
+        node.values[j] = val
+        impl.value = val
+        impl.src = None
+    for node in order:
+        vals = node.values
+        if vals is not None and all(v is not None for v in vals):
+            node.inputs = None  # free upstream graph and values
+
+
+def realize(*tensors) -> None:
+    """Compute all pending work behind ``tensors`` as one program (pytrees of tensors allowed).
+
+    >>> import nablax as nx
+    >>> a = nx.ones(3) * 2
+    >>> b = a + 1
+    >>> nx.realize(a, b)
+    >>> a.is_realized and b.is_realized
+    True
+    """
+    import jax
+
+    from .tensor import Tensor
+
+    leaves = jax.tree_util.tree_leaves(tensors, is_leaf=lambda t: isinstance(t, Tensor))
+    realize_impls([t._impl for t in leaves if isinstance(t, Tensor)])
+
+
+_tracing_depth = 0
+
+
+def tracing_guard(what: str) -> None:
+    """Raise if ``what`` is used while a whole-graph trace (``nx.compile``) is being recorded."""
+    if _tracing_depth:
+        from ..errors import GraphBreakError
+
+        raise GraphBreakError(
+            f"{what} cannot be used inside nx.compile: pass an explicit key argument instead"
+        )

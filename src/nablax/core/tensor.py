@@ -1,0 +1,270 @@
+"""``Tensor`` (the user's object) and ``TensorImpl`` (its state).
+
+A ``TensorImpl`` is in one of two states:
+
+- *pending*: ``src = (node, index)`` names the node output that will produce it, ``value is None``;
+- *realized*: ``value`` is a ``jax.Array`` and ``src is None``.
+
+``shape`` is the *physical* shape; the first ``batch_dims`` axes are vmap batch axes that the user does
+not see (``Tensor.shape`` is the logical shape). ``Tensor`` is a thin facade over an impl, so that
+``x[i] = v`` can rebind ``x`` to a new impl while tensors computed from ``x`` earlier keep the old one.
+
+This module also holds the node-building helpers every op uses (:func:`bind`, :func:`to_impl`).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import dtypes
+from .graph import Const, Node
+
+_wref = weakref.ref
+
+
+class TensorImpl:
+    """State of one tensor: pending node output or realized ``jax.Array``."""
+
+    __slots__ = ("src", "value", "shape", "dtype", "batch_dims", "sharding", "__weakref__")
+
+    def __init__(self, src, value, shape: tuple, dtype, batch_dims: int = 0) -> None:
+        self.src = src
+        self.value = value
+        self.shape = shape
+        self.dtype = dtype
+        self.batch_dims = batch_dims
+        self.sharding = None
+
+    @property
+    def ref(self):
+        """What a consuming node stores as its input: the value if realized, else ``(node, idx)``."""
+        return self.src if self.value is None else self.value
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.value is not None else self.src[0].depth
+
+
+def impl_from_array(arr: jax.Array) -> TensorImpl:
+    """A realized impl around a ``jax.Array`` (shares the buffer)."""
+    if getattr(arr, "weak_type", False):
+        arr = jax.lax.convert_element_type(arr, arr.dtype)  # nablax tensors are strongly typed
+    return TensorImpl(None, arr, tuple(arr.shape), np.dtype(arr.dtype))
+
+
+def make_outputs(prim, params: tuple, refs: tuple, depth: int, out_avals) -> list[TensorImpl]:
+    """Create the node for one primitive call and one pending impl per output aval."""
+    node = Node(prim, params, refs, depth)
+    impls = [TensorImpl((node, i), None, s, d) for i, (s, d) in enumerate(out_avals)]
+    node.outs = tuple(_wref(t) for t in impls)
+    if depth > _max_depth():
+        from .realize import realize_impls
+
+        realize_impls(impls)
+    return impls
+
+
+def _max_depth() -> int:
+    from .. import _config
+
+    return _config.get("max_graph_depth")
+
+
+def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:
+    """Generic node builder: run the shape rule, then create the node and its outputs.
+
+    ``inputs`` are ``TensorImpl`` or :class:`Const` objects. Shape/dtype errors raise here, when the
+    op is built, not at realization.
+    """
+    avals = [(i.shape, i.dtype) for i in inputs]
+    out_avals = prim.abstract_eval(params, *avals)
+    refs = []
+    depth = 0
+    for i in inputs:
+        if type(i) is Const:
+            refs.append(i)
+        elif i.value is not None:
+            refs.append(i.value)
+        else:
+            refs.append(i.src)
+            d = i.src[0].depth
+            if d > depth:
+                depth = d
+    return make_outputs(prim, params, tuple(refs), depth + 1, out_avals)
+
+
+def bind1(prim, inputs, params: tuple = ()) -> Tensor:
+    """:func:`bind` for single-output primitives, wrapped in a ``Tensor``."""
+    return Tensor._wrap(bind(prim, inputs, params)[0])
+
+
+_PY_SCALAR_TYPES = (bool, int, float, complex)
+
+
+def to_impl(x: Any, dtype=None) -> TensorImpl:
+    """Any array-like (Tensor, jax/NumPy array, nested lists, scalars) as a ``TensorImpl``."""
+    if type(x) is Tensor:
+        return x._impl
+    if isinstance(x, Tensor):
+        return x._impl
+    if isinstance(x, jax.Array) and dtype is None:
+        return impl_from_array(x)
+    if dtype is None and type(x) in _PY_SCALAR_TYPES:
+        dtype = dtypes.scalar_dtype(x)
+    if dtype is not None:
+        dtype = dtypes.canonicalize(dtype)
+    else:
+        a = np.asarray(x)
+        dtype = dtypes.canonicalize(a.dtype) if a.dtype != object else None
+        x = a
+    return impl_from_array(jnp.asarray(x, dtype=dtype))
+
+
+class Tensor:
+    """A lazy-eager n-dimensional array.
+
+    Operations record a graph; values are computed (one XLA program for all pending work) when one
+    is needed: ``numpy()``, ``item()``, ``print``, ``bool()``, ``float()``, iteration, or
+    ``nx.realize``.
+
+    >>> import nablax as nx
+    >>> x = nx.tensor([[1., 2.], [3., 4.]])
+    >>> y = x @ x.T + 1
+    >>> y.is_realized
+    False
+    >>> y.tolist()
+    [[6.0, 12.0], [12.0, 26.0]]
+    """
+
+    __slots__ = ("_impl", "__weakref__")
+    __array_ufunc__ = None  # make NumPy defer to our reflected operators (np_array + tensor)
+    __array_priority__ = 1000
+
+    def __init__(self, data: Any, dtype=None) -> None:
+        self._impl = to_impl(data, dtype)
+
+    @classmethod
+    def _wrap(cls, impl: TensorImpl) -> Tensor:
+        t = object.__new__(cls)
+        t._impl = impl
+        return t
+
+    # ---- attributes -------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple:
+        i = self._impl
+        return i.shape if i.batch_dims == 0 else i.shape[i.batch_dims :]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._impl.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def sharding(self):
+        return self._impl.sharding
+
+    @property
+    def is_realized(self) -> bool:
+        return self._impl.value is not None
+
+    # ---- realization ------------------------------------------------------------------------
+    def _realized_value(self) -> jax.Array:
+        impl = self._impl
+        if impl.value is None:
+            from .realize import realize_impls
+
+            realize_impls([impl])
+        return impl.value
+
+    def to_jax(self) -> jax.Array:
+        """The value as a ``jax.Array`` (realizes)."""
+        return self._realized_value()
+
+    def numpy(self) -> np.ndarray:
+        """The value as a NumPy array (realizes)."""
+        return np.asarray(self._realized_value())
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        a = np.asarray(self._realized_value())
+        return a if dtype is None else a.astype(dtype)
+
+    def item(self) -> Any:
+        if self.size != 1:
+            raise ValueError(
+                f"Tensor.item: only a tensor with exactly one element can become a Python scalar, "
+                f"got shape {self.shape}. Fix: index it first, e.g. x[0].item()"
+            )
+        return self.numpy().item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def _scalar(self, kind: str):
+        if self.size != 1:
+            raise TypeError(
+                f"{kind}(Tensor): only one-element tensors can be converted to Python scalars, "
+                f"got shape {self.shape}"
+            )
+        return self.numpy().reshape(())[()]
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __complex__(self) -> complex:
+        return complex(self._scalar("complex"))
+
+    def __index__(self) -> int:
+        if not dtypes.is_integer(self.dtype) or self.ndim:
+            raise TypeError(
+                f"only 0-d integer tensors can be used as an index, got {self.dtype}{list(self.shape)}"
+            )
+        return int(self.numpy())
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(
+                f"The truth value of a tensor with shape {self.shape} is ambiguous. "
+                f"Fix: use x.any() / x.all(), or nx.where for element-wise choices"
+            )
+        return bool(self._scalar("bool"))
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        v = self._realized_value()
+        for i in range(self.shape[0]):
+            yield Tensor._wrap(impl_from_array(v[i]))
+
+    def __repr__(self) -> str:
+        a = self.numpy()
+        body = np.array2string(a, separator=", ", prefix="tensor(")
+        return f"tensor({body}, dtype={self.dtype})"
+
+    def __str__(self) -> str:
+        return str(self.numpy())
+
+    __hash__ = object.__hash__
+
+    def __reduce__(self):
+        return (Tensor, (self.numpy(),))
