@@ -35,7 +35,7 @@ def _register(name: str, default: Any, parse: Callable[[str], Any], doc: str) ->
 
 _register(
     "max_graph_depth",
-    10_000,
+    4096,
     int,
     "Depth of a pending (unrealized) graph past which nablax realizes it automatically, so that "
     "loops that never read a value keep bounded memory and never hit recursion limits.",

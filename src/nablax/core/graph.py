@@ -53,6 +53,12 @@ class Node:
         return f"Node({self.prim.name}, params={self.params})"
 
 
+# Weak references to the outputs of every node built since the last realization. At realization,
+# live pending tensors connected to the program are run with it (see realize._connected), so that in
+# an eager training loop reading only ``loss`` also computes the updated weights in the same program.
+PENDING: list = []
+
+
 def is_pending(ref: Any) -> bool:
     """True for an input ``(node, index)`` whose value is not computed yet."""
     if type(ref) is not tuple:

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from .. import _config
-from .graph import Const, toposort
+from .graph import PENDING, Const
 
 
 @dataclass(frozen=True)
@@ -91,42 +91,155 @@ def realize_impls(impls) -> None:
         _realize(roots, impls)
 
 
+class _Entry:
+    """Executables of one graph structure.
+
+    The first program of a structure bakes its Python scalars in as literals (what ``jax.jit`` of a
+    closure would do: fastest to compile and run). If the structure comes back with different scalar
+    values, a second program that takes the scalars as arguments is compiled and used from then on,
+    so a loop whose scalars change (a learning-rate schedule, a counter) compiles at most twice.
+    """
+
+    __slots__ = ("baked_fn", "baked_bytes", "param_fn")
+
+    def __init__(self) -> None:
+        self.baked_fn = None
+        self.baked_bytes = None
+        self.param_fn = None
+
+
 def _realize(roots, requested) -> None:
-    order = toposort(roots)
-    key, leaves, consts, out_impls, node_pos = _structure(order, requested)
-    fn = _S.cache.get(key)
-    if fn is None:
-        fn = _compile(key)
+    order, key, leaves, consts, out_impls = _structure(roots)
+    extra = _connected(order, leaves)
+    if extra:
+        order, key, leaves, consts, out_impls = _structure(roots + extra)
+    _prune_pending()
+    entry = _S.cache.get(key)
+    if entry is None:
+        entry = _S.cache[key] = _Entry()
+        entry.baked_fn = _compile(key, consts)
+        entry.baked_bytes = [c.tobytes() for c in consts]
+        _evict()
+        fn = entry.baked_fn
     else:
-        _S.hits += 1
         _S.cache.move_to_end(key)
+        if entry.param_fn is not None:
+            fn = entry.param_fn
+            _S.hits += 1
+        elif all(c.tobytes() == b for c, b in zip(consts, entry.baked_bytes)):
+            fn = entry.baked_fn
+            _S.hits += 1
+        else:
+            fn = entry.param_fn = _compile(key, None)
+            entry.baked_fn = entry.baked_bytes = None
     results = fn(leaves, consts)
     _S.realizations += 1
     _S.epoch += 1
-    _store(order, node_pos, out_impls, results)
+    _store(order, out_impls, results)
 
 
-def _structure(order, requested):
-    """Number all values, and build the structure key plus the runtime arguments."""
-    node_pos: dict = {}  # node -> slot of its first output
+def _prune_pending() -> None:
+    PENDING[:] = [w for w in PENDING if (i := w()) is not None and i.value is None]
+
+
+def _connected(order, leaves) -> list:
+    """Nodes of live pending tensors (outside the program) that share a node or a leaf with it."""
+    in_prog = set(order)
+    leaf_ids = {id(v) for v in leaves}
+    touching: dict = {}  # node -> bool, memo across candidates
+    extra = []
+    for wr in PENDING:
+        impl = wr()
+        if impl is None or impl.value is not None:
+            continue
+        node = impl.src[0]
+        if node in in_prog or node in touching:
+            continue
+        if _touches(node, in_prog, leaf_ids, touching):
+            extra.append(node)
+            in_prog.add(node)
+    return extra
+
+
+def _touches(start, in_prog, leaf_ids, memo) -> bool:
+    # Iterative walk over the pending producers of ``start``; memoizes per node.
+    stack = [start]
+    seen = []
+    found = False
+    while stack:
+        n = stack.pop()
+        if n in memo:
+            found = found or memo[n]
+            continue
+        seen.append(n)
+        for inp in n.inputs:
+            t = type(inp)
+            if t is tuple:
+                m, j = inp
+                if m in in_prog:
+                    found = True
+                elif m.values is not None and m.values[j] is not None:
+                    found = found or id(m.values[j]) in leaf_ids
+                else:
+                    stack.append(m)
+            elif t is not Const:
+                found = found or id(inp) in leaf_ids
+        if found:
+            break
+    if found:
+        memo[start] = True  # nodes walked on the way are not known to touch
+    else:
+        for n in seen:
+            memo[n] = False
+    return found
+
+
+def _structure(roots):
+    """Walk the pending graph behind ``roots`` (iterative post-order, producers first), number every
+    value it uses, and build the structure key plus the runtime arguments in the same pass."""
+    node_pos: dict = {}  # node -> slot of its first output; doubles as the "done" set
     leaf_slot: dict = {}  # id(array) -> slot
     leaves: list = []
     leaf_desc: list = []
     const_groups: dict = {}  # dtype -> list of python values
     const_desc: list = []
     prog: list = []
+    order: list = []
+    out_impls: list = []
+    out_codes: list = []
     n = 0
-    for node in order:
+    expanded: set = set()  # nodes whose pending inputs were pushed (second visit numbers them)
+    stack = list(roots)
+    while stack:
+        node = stack[-1]
+        if node in node_pos:
+            stack.pop()
+            continue
+        inputs = node.inputs
+        if node not in expanded:
+            expanded.add(node)
+            pushed = False
+            for inp in inputs:
+                if type(inp) is tuple:
+                    m = inp[0]
+                    if m not in node_pos:
+                        vals = m.values
+                        if vals is None or vals[inp[1]] is None:
+                            stack.append(m)
+                            pushed = True
+            if pushed:
+                continue
+        stack.pop()
         codes = []
-        for inp in node.inputs:
+        for inp in inputs:
             t = type(inp)
             if t is tuple:
-                m, j = inp
+                m = inp[0]
                 base = node_pos.get(m)
                 if base is not None:
-                    codes.append(base + j)
+                    codes.append(base + inp[1])
                     continue
-                inp = m.values[j]
+                inp = m.values[inp[1]]
             elif t is Const:
                 group = const_groups.get(inp.dtype)
                 if group is None:
@@ -144,38 +257,49 @@ def _structure(order, requested):
                 n += 1
             codes.append(s)
         node_pos[node] = n
-        nout = len(node.outs)
+        order.append(node)
+        outs = node.outs
+        nout = len(outs)
         prog.append((node.prim, node.params, tuple(codes), n, nout))
-        n += nout
-    out_impls = []
-    out_codes = []
-    for node in order:
-        base = node_pos[node]
-        for j, wr in enumerate(node.outs):
-            impl = wr()
-            if impl is not None and impl.value is None and impl.src[0] is node:
+        if nout == 1:
+            impl = outs[0]()
+            if impl is not None and impl.value is None:
                 out_impls.append(impl)
-                out_codes.append(base + j)
+                out_codes.append(n)
+        else:
+            for j, wr in enumerate(outs):
+                impl = wr()
+                if impl is not None and impl.value is None:
+                    out_impls.append(impl)
+                    out_codes.append(n + j)
+        n += nout
     group_dtypes = tuple(const_groups)
     consts = tuple(np.asarray(const_groups[d], dtype=d) for d in group_dtypes)
     key = (tuple(prog), tuple(leaf_desc), tuple(const_desc), tuple(out_codes), n)
-    return key, leaves, consts, out_impls, node_pos
+    return order, key, leaves, consts, out_impls
 
 
-def _compile(key):
+def _compile(key, baked_consts):
+    """A jitted program for structure ``key``; scalars are literals when ``baked_consts`` is given."""
     prog, leaf_desc, const_desc, out_codes, n_slots = key
-    group_index = {}
+    group_index: dict = {}
     for _, d, _k in const_desc:
         group_index.setdefault(d, len(group_index))
     const_plan = [(slot, group_index[d], k) for slot, d, k in const_desc]
     leaf_slots = [slot for slot, _, _ in leaf_desc]
+    if baked_consts is not None:
+        literals = [(slot, baked_consts[g][k]) for slot, g, k in const_plan]  # numpy 0-d values
 
     def program(leaves, consts):
         env = [None] * n_slots
         for slot, v in zip(leaf_slots, leaves):
             env[slot] = v
-        for slot, g, k in const_plan:
-            env[slot] = consts[g][k]
+        if baked_consts is not None:
+            for slot, v in literals:
+                env[slot] = v
+        else:
+            for slot, g, k in const_plan:
+                env[slot] = consts[g][k]
         for prim, params, codes, base, nout in prog:
             r = prim.lower(params, *[env[c] for c in codes])
             if prim.multiple_results:
@@ -186,15 +310,17 @@ def _compile(key):
 
     fn = jax.jit(program)
     _S.compiles += 1
-    _S.cache[key] = fn
+    return fn
+
+
+def _evict() -> None:
     limit = _config.get("executable_cache_size")
     while len(_S.cache) > limit:
         _S.cache.popitem(last=False)
         _S.evictions += 1
-    return fn
 
 
-def _store(order, node_pos, out_impls, results) -> None:
+def _store(order, out_impls, results) -> None:
     for impl, val in zip(out_impls, results):
         node, j = impl.src
         if node.values is None:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import dtypes
-from .graph import Const, Node
+from .graph import PENDING, Const, Node
 
 _wref = weakref.ref
 
@@ -62,6 +62,7 @@ def make_outputs(prim, params: tuple, refs: tuple, depth: int, out_avals) -> lis
     node = Node(prim, params, refs, depth)
     impls = [TensorImpl((node, i), None, s, d) for i, (s, d) in enumerate(out_avals)]
     node.outs = tuple(_wref(t) for t in impls)
+    PENDING.extend(node.outs)
     if depth > _max_depth():
         from .realize import realize_impls
 

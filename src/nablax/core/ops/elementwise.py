@@ -18,7 +18,7 @@ from ... import _config
 from ...errors import DTypeError, op_error
 from .. import dtypes
 from ..dtypes import bool_, promote, promote_scalar
-from ..graph import Const, Node
+from ..graph import PENDING, Const, Node
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, to_impl
 from ._util import broadcast_shapes
@@ -26,6 +26,7 @@ from ._util import broadcast_shapes
 _wref = weakref.ref
 _SCALARS = {bool, int, float, complex}
 _cfg_get = _config.get
+_pending_append = PENDING.append
 
 # ---- dtype policies --------------------------------------------------------------------------
 # kind -> (computation dtype, output dtype) given the promoted input dtype.
@@ -196,8 +197,10 @@ def _operand(x, op: str) -> TensorImpl:
 def _finish(prim, params, inputs, depth, shape, out_dt, bdims) -> Tensor:
     node = Node(prim, params, inputs, depth)
     out = TensorImpl((node, 0), None, shape, out_dt, bdims)
-    node.outs = (_wref(out),)
-    if depth > _cfg_get("max_graph_depth"):
+    wr = _wref(out)
+    node.outs = (wr,)
+    _pending_append(wr)
+    if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
         from ..realize import realize_impls
 
         realize_impls([out])
@@ -270,7 +273,31 @@ def _make_unary(name):
 
 
 def _make_binary(name):
+    # Specialized per op: the tensor-with-Python-scalar case (``x * 1.5``) is the hottest path of
+    # eager code, so it is inlined here with a per-op cache of dtype decisions.
+    prim = PRIMS[name]
+    kind = BINARY[name][0]
+    scalar_cache: dict = {}
+
+    def scalar_rule(d, st):
+        r = scalar_cache.get((d, st))
+        if r is None:
+            r = scalar_cache[(d, st)] = _resolve(name, kind, promote_scalar(d, st))
+        return r
+
     def f(x1, x2):
+        if type(x1) is Tensor and type(x2) in _SCALARS:
+            ti = x1._impl
+            params, out_dt = scalar_rule(ti.dtype, type(x2))
+            if ti.value is None:
+                ref = ti.src
+                depth = ref[0].depth + 1
+            else:
+                ref = ti.value
+                depth = 1
+            return _finish(
+                prim, params, (ref, Const(x2, params[0])), depth, ti.shape, out_dt, ti.batch_dims
+            )
         return _binary(name, x1, x2)
 
     f.__name__ = f.__qualname__ = name

@@ -1,0 +1,219 @@
+"""Realization: structure-keyed executable cache, live intermediates, deep loops, memory."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import nablax as nx
+from nablax import _config
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    nx.clear_caches()
+    yield
+
+
+def _step(w, x, lr):
+    y = nx.tanh(x @ w)
+    loss = (y * y).mean()
+    return w - lr * (x.T @ y) / 8, loss
+
+
+def test_second_iteration_of_eager_loop_compiles_nothing():
+    w = nx.ones((4, 3)) * 0.1
+    x = nx.arange(32.0).reshape(8, 4) / 32
+    nx.realize(w, x)
+    w, loss = _step(w, x, 0.5)
+    loss.item()  # reading only the loss also runs the weight update (connected live tensor)
+    assert w.is_realized
+    after_first = nx.cache_info().compiles
+    assert after_first >= 1
+    for _ in range(5):
+        w, loss = _step(w, x, 0.5)
+        loss.item()
+    info = nx.cache_info()
+    assert info.compiles == after_first
+    assert info.hits >= 5
+
+
+def test_lazy_initialization_then_steady_state():
+    w = nx.ones((4, 3)) * 0.1  # pending: the first step's program also builds w and x
+    x = nx.arange(32.0).reshape(8, 4) / 32
+    ref_w = np.full((4, 3), 0.1, np.float32)
+    ref_x = np.arange(32.0, dtype=np.float32).reshape(8, 4) / 32
+    compiles = []
+    for _ in range(4):
+        w, loss = _step(w, x, 0.5)
+        y = np.tanh(ref_x @ ref_w)
+        ref_loss = (y * y).mean()
+        ref_w = ref_w - 0.5 * (ref_x.T @ y) / 8
+        np.testing.assert_allclose(loss.item(), ref_loss, rtol=1e-5)
+        compiles.append(nx.cache_info().compiles)
+    np.testing.assert_allclose(w.numpy(), ref_w, rtol=1e-5, atol=1e-6)
+    assert compiles[2] == compiles[1] == compiles[3]
+
+
+def test_unrelated_pending_tensors_are_left_alone():
+    big = nx.ones((64, 64)) * 3  # lazy and not connected to what is read below
+    small = nx.tensor([1.0, 2.0])
+    assert (small + 1).sum().item() == 5.0
+    assert not big.is_realized
+
+
+def test_changing_scalars_compile_at_most_twice_and_stay_correct():
+    x = nx.ones(3)
+    ref = np.ones(3, np.float32)
+    for i in range(6):
+        lr = 0.1 * (i + 1)
+        x = x * lr + 1.0
+        ref = ref * np.float32(lr) + np.float32(1.0)
+        np.testing.assert_allclose(x.numpy(), ref, rtol=1e-6)
+    assert nx.cache_info().compiles <= 3  # first graph (with the lazy ones), baked, parameterized
+
+
+def test_values_are_not_part_of_the_structure_key():
+    a = nx.tensor(np.arange(4.0, dtype=np.float32))
+    b = nx.tensor(np.arange(4.0, dtype=np.float32) * 7)
+    (a * 2 + 1).numpy()
+    c0 = nx.cache_info().compiles
+    np.testing.assert_allclose((b * 2 + 1).numpy(), np.arange(4.0) * 14 + 1)
+    assert nx.cache_info().compiles == c0
+
+
+def test_different_shapes_compile_separately():
+    (nx.ones(3) + 1).numpy()
+    (nx.ones(4) + 1).numpy()
+    assert nx.cache_info().compiles == 2
+
+
+def test_held_intermediates_come_from_the_same_program():
+    x = nx.tensor([1.0, 2.0])
+    y = x * 2
+    z = y + 1
+    r0 = nx.cache_info().realizations
+    z.numpy()
+    assert nx.cache_info().realizations == r0 + 1
+    assert y.is_realized  # produced by the same program, not recomputed later
+    np.testing.assert_allclose(y.numpy(), [2.0, 4.0])
+    assert nx.cache_info().realizations == r0 + 1
+
+
+def test_realize_runs_several_tensors_as_one_program():
+    x = nx.tensor([1.0, 2.0])
+    a, b, c = x + 1, x * 3, (x - 1).sum()
+    r0 = nx.cache_info().realizations
+    nx.realize(a, [b, {"c": c}])
+    assert nx.cache_info().realizations == r0 + 1
+    assert a.is_realized and b.is_realized and c.is_realized
+    assert c.item() == 1.0
+
+
+def test_multi_output_siblings_share_a_node():
+    parts = nx.split(nx.arange(6.0), 3)
+    nodes = {p._impl.src[0] for p in parts}
+    assert len(nodes) == 1
+    parts[1].numpy()
+    assert all(p.is_realized for p in parts)  # alive siblings come from the same run
+    assert [p.tolist() for p in parts] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]
+
+
+def test_dropped_sibling_is_not_needed():
+    a, b = nx.split(nx.arange(4.0), 2)
+    del a
+    assert b.tolist() == [2.0, 3.0]
+
+
+def test_pending_consumer_of_unmaterialized_temp_still_works():
+    x = nx.tensor([1.0, 2.0])
+    t = x * 10  # temp: dropped before realization
+    b, c = t + 1, t + 2
+    del t
+    assert b.tolist() == [11.0, 21.0]
+    assert c.tolist() == [12.0, 22.0]  # recomputes the temp: its node kept its inputs
+
+
+def test_deep_loop_realizes_automatically_with_bounded_graph():
+    with _config.override(max_graph_depth=256):
+        x = nx.zeros(())
+        r0 = nx.cache_info().realizations
+        for _ in range(5000):
+            x = x + 1
+            assert x._impl.depth <= 256 + 64
+        assert nx.cache_info().realizations > r0  # realized on its own along the way
+        assert x.item() == 5000.0
+        assert nx.cache_info().compiles <= 4  # the same chunk structure is reused
+
+
+def test_deep_graph_has_no_recursion_limit():
+    with _config.override(max_graph_depth=10**9):
+        x = nx.zeros(())
+        for _ in range(3000):  # deeper than Python's default recursion limit
+            x = x + 1
+        assert x.item() == 3000.0
+
+
+def test_realized_intermediates_are_freed():
+    x = nx.tensor(np.ones(8, np.float32))
+    t = x * 2
+    node_ref = weakref.ref(t._impl.src[0])
+    impl_ref = weakref.ref(t._impl)
+    y = t + 1
+    del t
+    y.numpy()
+    gc.collect()
+    assert impl_ref() is None  # the user dropped it; nothing in the graph keeps it
+    assert node_ref() is None  # the realized consumer dropped its inputs
+
+
+def test_eager_code_keeps_no_reference_to_intermediates():
+    x = nx.tensor(np.ones(8, np.float32))
+    refs = []
+    y = x
+    for _ in range(10):
+        y = y * 1.5
+        refs.append(weakref.ref(y._impl))
+    y.numpy()
+    del y
+    gc.collect()
+    assert all(r() is None for r in refs)
+
+
+def test_realized_value_shares_buffer_with_jax():
+    a = jnp.arange(4.0)
+    t = nx.asarray(a)
+    assert t.to_jax() is a
+
+
+def test_lru_eviction():
+    with _config.override(executable_cache_size=2):
+        for n in range(1, 5):
+            (nx.ones(n) + 1).numpy()
+        info = nx.cache_info()
+        assert info.executables == 2
+        assert info.evictions == 2
+
+
+def test_setitem_rebinds_only_this_tensor():
+    x = nx.zeros(4)
+    before = x[1:3]
+    y = x + 1
+    x[1] = 5.0
+    assert x.tolist() == [0.0, 5.0, 0.0, 0.0]
+    assert before.tolist() == [0.0, 0.0]
+    assert y.tolist() == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_repr_and_conversions_realize():
+    x = nx.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert "dtype=float32" in repr(x + 0)
+    assert float(x[0, 0] + 1) == 2.0
+    assert int(nx.tensor(3) * 2) == 6
+    assert bool(x.sum() > 0)
+    assert [r.tolist() for r in x + 1] == [[2.0, 3.0], [4.0, 5.0]]
+    np.testing.assert_allclose(np.asarray(x * 2), [[2, 4], [6, 8]])
