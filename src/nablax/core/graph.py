@@ -57,6 +57,19 @@ class Node:
 # live pending tensors connected to the program are run with it (see realize._connected), so that in
 # an eager training loop reading only ``loss`` also computes the updated weights in the same program.
 PENDING: list = []
+_prune_at = [4096]
+
+
+def note_pending(wr) -> None:
+    """Record a new output; drop dead or realized entries when the list has grown (amortized O(1))."""
+    PENDING.append(wr)
+    if len(PENDING) > _prune_at[0]:
+        prune_pending()
+
+
+def prune_pending() -> None:
+    PENDING[:] = [w for w in PENDING if (i := w()) is not None and i.value is None]
+    _prune_at[0] = max(4096, 2 * len(PENDING))
 
 
 def is_pending(ref: Any) -> bool:

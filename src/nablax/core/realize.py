@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from .. import _config
-from .graph import PENDING, Const
+from .graph import PENDING, Const, prune_pending
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def _realize(roots, requested) -> None:
     extra = _connected(order, leaves)
     if extra:
         order, key, leaves, consts, out_impls = _structure(roots + extra)
-    _prune_pending()
+    prune_pending()
     entry = _S.cache.get(key)
     if entry is None:
         entry = _S.cache[key] = _Entry()
@@ -136,10 +136,6 @@ def _realize(roots, requested) -> None:
     _S.realizations += 1
     _S.epoch += 1
     _store(order, out_impls, results)
-
-
-def _prune_pending() -> None:
-    PENDING[:] = [w for w in PENDING if (i := w()) is not None and i.value is None]
 
 
 def _connected(order, leaves) -> list:

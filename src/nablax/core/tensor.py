@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import dtypes
-from .graph import PENDING, Const, Node
+from .. import _config
+from .graph import Const, Node, note_pending
 
 _wref = weakref.ref
 
@@ -62,18 +63,13 @@ def make_outputs(prim, params: tuple, refs: tuple, depth: int, out_avals) -> lis
     node = Node(prim, params, refs, depth)
     impls = [TensorImpl((node, i), None, s, d) for i, (s, d) in enumerate(out_avals)]
     node.outs = tuple(_wref(t) for t in impls)
-    PENDING.extend(node.outs)
-    if depth > _max_depth():
+    for wr in node.outs:
+        note_pending(wr)
+    if not depth & 63 and depth > _config.get("max_graph_depth"):  # checked every 64 levels
         from .realize import realize_impls
 
         realize_impls(impls)
     return impls
-
-
-def _max_depth() -> int:
-    from .. import _config
-
-    return _config.get("max_graph_depth")
 
 
 def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:

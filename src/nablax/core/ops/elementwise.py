@@ -18,7 +18,7 @@ from ... import _config
 from ...errors import DTypeError, op_error
 from .. import dtypes
 from ..dtypes import bool_, promote, promote_scalar
-from ..graph import PENDING, Const, Node
+from ..graph import PENDING, Const, Node, note_pending
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, to_impl
 from ._util import broadcast_shapes
@@ -26,7 +26,6 @@ from ._util import broadcast_shapes
 _wref = weakref.ref
 _SCALARS = {bool, int, float, complex}
 _cfg_get = _config.get
-_pending_append = PENDING.append
 
 # ---- dtype policies --------------------------------------------------------------------------
 # kind -> (computation dtype, output dtype) given the promoted input dtype.
@@ -199,7 +198,10 @@ def _finish(prim, params, inputs, depth, shape, out_dt, bdims) -> Tensor:
     out = TensorImpl((node, 0), None, shape, out_dt, bdims)
     wr = _wref(out)
     node.outs = (wr,)
-    _pending_append(wr)
+    if len(PENDING) < 4096:  # inlined fast path of note_pending
+        PENDING.append(wr)
+    else:
+        note_pending(wr)
     if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
         from ..realize import realize_impls
 
@@ -288,7 +290,8 @@ def _make_binary(name):
     def f(x1, x2):
         if type(x1) is Tensor and type(x2) in _SCALARS:
             ti = x1._impl
-            params, out_dt = scalar_rule(ti.dtype, type(x2))
+            r = scalar_cache.get((ti.dtype, type(x2)))
+            params, out_dt = r if r is not None else scalar_rule(ti.dtype, type(x2))
             if ti.value is None:
                 ref = ti.src
                 depth = ref[0].depth + 1

@@ -45,7 +45,20 @@ def _rebuild(structure, idx_values):
     return tuple(out)
 
 
+_shape_cache: dict = {}
+
+
 def _gather_shape(x_shape, structure, idx_avals) -> tuple:
+    key = (x_shape, structure, tuple(idx_avals))
+    r = _shape_cache.get(key)
+    if r is None:
+        r = _gather_shape_uncached(x_shape, structure, idx_avals)
+        if len(_shape_cache) < 4096:
+            _shape_cache[key] = r
+    return r
+
+
+def _gather_shape_uncached(x_shape, structure, idx_avals) -> tuple:
     dummies = [np.zeros(s, dtype=np.intp) for s, _ in idx_avals]
     try:
         return _dummy(x_shape)[_rebuild(structure, dummies)].shape
