@@ -8,7 +8,18 @@
 
 from . import errors
 from .core import realize as _realize_mod
-from .core.dtypes import bfloat16, bool_, complex64, float16, float32, int8, int16, int32, uint8, uint32
+from .core.dtypes import (
+    bfloat16,
+    bool_,
+    complex64,
+    float16,
+    float32,
+    int8,
+    int16,
+    int32,
+    uint8,
+    uint32,
+)
 from .core.ops import random
 from .core.ops.creation import (
     arange,

@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,8 @@ _register(
     "Run extra internal consistency checks (slower); useful when developing nablax itself.",
 )
 
-_overrides: contextvars.ContextVar[dict[str, Any]] = contextvars.ContextVar(
-    "nablax_config_overrides", default={}
+_overrides: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "nablax_config_overrides", default=None
 )
 _env_cache: dict[str, Any] = {}
 
@@ -62,7 +63,7 @@ _env_cache: dict[str, Any] = {}
 def get(name: str) -> Any:
     """Current value of option ``name``: scoped override, then environment, then default."""
     ov = _overrides.get()
-    if name in ov:
+    if ov is not None and name in ov:
         return ov[name]
     if name in _env_cache:
         return _env_cache[name]
@@ -85,7 +86,7 @@ def override(**values: Any) -> Iterator[None]:
     for k in values:
         if k not in _OPTIONS:
             raise KeyError(f"nablax config: unknown option {k!r}; known: {sorted(_OPTIONS)}")
-    token = _overrides.set({**_overrides.get(), **values})
+    token = _overrides.set({**(_overrides.get() or {}), **values})
     try:
         yield
     finally:

@@ -46,7 +46,9 @@ def canonicalize(dtype) -> np.dtype:
     try:
         d = np.dtype(dtype)
     except TypeError as e:
-        raise DTypeError(f"nablax: {dtype!r} is not a dtype. Fix: use nx.float32, nx.int32, ...") from e
+        raise DTypeError(
+            f"nablax: {dtype!r} is not a dtype. Fix: use nx.float32, nx.int32, ..."
+        ) from e
     return _CANON.get(d, d)
 
 

@@ -5,7 +5,10 @@ addressed by ``(node, index)`` (the ``src`` of a pending ``TensorImpl``). Node i
 
 - ``(node, index)``: an output of another node (pending, or materialized in ``node.values``);
 - a ``jax.Array``: a realized value (a *leaf* of any program that uses it);
-- a :class:`Const`: a Python scalar with the dtype it takes in this op (weakly typed scalars).
+- a :class:`Const`: a Python scalar with the dtype it takes in this op (weakly typed scalars);
+- a bare Python scalar (``bool``/``int``/``float``/``complex``): shorthand used by elementwise
+  primitives, materialized in the node's computation dtype ``params[0]`` (saves an object per op on
+  the hottest path).
 
 Nodes point at their producers, never at the ``TensorImpl`` objects of their inputs, and hold only
 weak references to their own outputs. So a tensor object the user dropped really is gone, and at
@@ -17,6 +20,8 @@ memory is freed.
 from __future__ import annotations
 
 from typing import Any
+
+SCALAR_TYPES = frozenset((bool, int, float, complex))
 
 
 class Const:

@@ -15,7 +15,8 @@ Rule signatures (``params`` is the node's hashable tuple of static parameters):
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..errors import NablaxError
 

@@ -14,6 +14,7 @@ Outputs of the program are the requested tensors plus every intermediate in the 
 from __future__ import annotations
 
 import collections
+import operator
 import threading
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ import jax
 import numpy as np
 
 from .. import _config
-from .graph import PENDING, Const, prune_pending
+from .graph import PENDING, SCALAR_TYPES, Const, prune_pending
 
 
 @dataclass(frozen=True)
@@ -178,7 +179,7 @@ def _touches(start, in_prog, leaf_ids, memo) -> bool:
                     found = found or id(m.values[j]) in leaf_ids
                 else:
                     stack.append(m)
-            elif t is not Const:
+            elif t is not Const and t not in SCALAR_TYPES:
                 found = found or id(inp) in leaf_ids
         if found:
             break
@@ -190,10 +191,13 @@ def _touches(start, in_prog, leaf_ids, memo) -> bool:
     return found
 
 
+_depth = operator.attrgetter("depth")
+
+
 def _structure(roots):
-    """Walk the pending graph behind ``roots`` (iterative post-order, producers first), number every
-    value it uses, and build the structure key plus the runtime arguments in the same pass."""
-    node_pos: dict = {}  # node -> slot of its first output; doubles as the "done" set
+    """Collect the pending graph behind ``roots`` (no recursion), number every value it uses in
+    topological order, and build the structure key plus the runtime arguments."""
+    node_pos: dict = {}  # node -> slot of its first output
     leaf_slot: dict = {}  # id(array) -> slot
     leaves: list = []
     leaf_desc: list = []
@@ -204,28 +208,21 @@ def _structure(roots):
     out_impls: list = []
     out_codes: list = []
     n = 0
-    expanded: set = set()  # nodes whose pending inputs were pushed (second visit numbers them)
+    # Collect the pending nodes (insertion-ordered, deterministic), then order them by depth: a
+    # node is always deeper than its pending inputs, so a stable sort gives a topological order.
+    seen: dict = dict.fromkeys(roots)
     stack = list(roots)
     while stack:
-        node = stack[-1]
-        if node in node_pos:
-            stack.pop()
-            continue
+        for inp in stack.pop().inputs:
+            if type(inp) is tuple:
+                m = inp[0]
+                if m not in seen:
+                    vals = m.values
+                    if vals is None or vals[inp[1]] is None:
+                        seen[m] = None
+                        stack.append(m)
+    for node in sorted(seen, key=_depth):
         inputs = node.inputs
-        if node not in expanded:
-            expanded.add(node)
-            pushed = False
-            for inp in inputs:
-                if type(inp) is tuple:
-                    m = inp[0]
-                    if m not in node_pos:
-                        vals = m.values
-                        if vals is None or vals[inp[1]] is None:
-                            stack.append(m)
-                            pushed = True
-            if pushed:
-                continue
-        stack.pop()
         codes = []
         for inp in inputs:
             t = type(inp)
@@ -236,12 +233,16 @@ def _structure(roots):
                     codes.append(base + inp[1])
                     continue
                 inp = m.values[inp[1]]
-            elif t is Const:
-                group = const_groups.get(inp.dtype)
+            elif t in SCALAR_TYPES or t is Const:
+                if t is Const:
+                    dt, value = inp.dtype, inp.value
+                else:
+                    dt, value = node.params[0], inp
+                group = const_groups.get(dt)
                 if group is None:
-                    group = const_groups[inp.dtype] = []
-                const_desc.append((n, inp.dtype, len(group)))
-                group.append(inp.value)
+                    group = const_groups[dt] = []
+                const_desc.append((n, dt, len(group)))
+                group.append(value)
                 codes.append(n)
                 n += 1
                 continue

@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import dtypes
 from .. import _config
+from . import dtypes
 from .graph import Const, Node, note_pending
 
 _wref = weakref.ref

@@ -23,7 +23,7 @@ from .shape import broadcast_in_dim_p
 
 iota_p = primitive(
     "iota",
-    lambda params, : ((params[1], params[0]),),
+    lambda params,: ((params[1], params[0]),),
     lambda params: lax.broadcasted_iota(params[0], params[1], params[2]),
     differentiable=False,
 )

@@ -33,7 +33,9 @@ _cfg_get = _config.get
 
 def _kind_arith(op, d):
     if d == bool_ and op in ("subtract", "divide", "power", "negative", "floor_divide", "mod"):
-        raise op_error(DTypeError, op, "not supported for bool tensors", "cast with .astype(nx.int32)")
+        raise op_error(
+            DTypeError, op, "not supported for bool tensors", "cast with .astype(nx.int32)"
+        )
     return d, d
 
 
@@ -186,6 +188,19 @@ convert = primitive("convert_element_type", _convert_aval, _convert_lower)
 # ---- builders --------------------------------------------------------------------------------
 
 
+def _check_int(op: str, v: int, dtype) -> None:
+    """A Python int must fit the integer dtype it is materialized in (JAX raises the same)."""
+    if dtypes.is_integer(dtype) or dtype == bool_:
+        info = np.iinfo(dtype) if dtype != bool_ else None
+        if info is None or not info.min <= v <= info.max:
+            raise op_error(
+                OverflowError,
+                op,
+                f"Python int {v} does not fit dtype {dtype}",
+                "cast the tensor to a wider or float dtype first",
+            )
+
+
 def _operand(x, op: str) -> TensorImpl:
     try:
         return to_impl(x)
@@ -225,14 +240,18 @@ def _binary(name: str, a, b) -> Tensor:
         bi = b._impl if tb is Tensor else _operand(b, name)
         return _binary_tt(name, prim, ai, bi)
     params, out_dt = _resolve(name, BINARY[name][0], promote_scalar(ti.dtype, type(s)))
-    c = Const(s, params[0])
+    if type(s) is int and not -2147483648 <= s <= 2147483647:
+        _check_int(name, s, params[0])
+    c = s  # bare scalar input: materialized in dtype params[0] (see graph.py)
     if ti.value is None:
         ref = ti.src
         depth = ref[0].depth + 1
     else:
         ref = ti.value
         depth = 1
-    return _finish(prim, params, (c, ref) if first else (ref, c), depth, ti.shape, out_dt, ti.batch_dims)
+    return _finish(
+        prim, params, (c, ref) if first else (ref, c), depth, ti.shape, out_dt, ti.batch_dims
+    )
 
 
 def _binary_tt(name, prim, ai: TensorImpl, bi: TensorImpl) -> Tensor:
@@ -251,7 +270,9 @@ def _binary_tt(name, prim, ai: TensorImpl, bi: TensorImpl) -> Tensor:
             depth = rb[0].depth
     else:
         rb = bi.value
-    return _finish(prim, params, (ra, rb), depth + 1, shape, out_dt, max(ai.batch_dims, bi.batch_dims))
+    return _finish(
+        prim, params, (ra, rb), depth + 1, shape, out_dt, max(ai.batch_dims, bi.batch_dims)
+    )
 
 
 def _unary(name: str, x) -> Tensor:
@@ -292,15 +313,16 @@ def _make_binary(name):
             ti = x1._impl
             r = scalar_cache.get((ti.dtype, type(x2)))
             params, out_dt = r if r is not None else scalar_rule(ti.dtype, type(x2))
+            if type(x2) is int and not -2147483648 <= x2 <= 2147483647:
+                _check_int(name, x2, params[0])
             if ti.value is None:
                 ref = ti.src
                 depth = ref[0].depth + 1
             else:
                 ref = ti.value
                 depth = 1
-            return _finish(
-                prim, params, (ref, Const(x2, params[0])), depth, ti.shape, out_dt, ti.batch_dims
-            )
+            # the bare scalar is materialized in dtype params[0] (see graph.py)
+            return _finish(prim, params, (ref, x2), depth, ti.shape, out_dt, ti.batch_dims)
         return _binary(name, x1, x2)
 
     f.__name__ = f.__qualname__ = name
@@ -489,8 +511,26 @@ def _install_methods() -> None:
     T.__le__ = less_equal
     T.__gt__ = greater
     T.__ge__ = greater_equal
-    for n in ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh",
-              "sigmoid", "erf", "floor", "ceil", "sign", "isnan", "isinf", "isfinite"):
+    for n in (
+        "exp",
+        "log",
+        "log1p",
+        "expm1",
+        "sqrt",
+        "rsqrt",
+        "sin",
+        "cos",
+        "tan",
+        "tanh",
+        "sigmoid",
+        "erf",
+        "floor",
+        "ceil",
+        "sign",
+        "isnan",
+        "isinf",
+        "isfinite",
+    ):
         setattr(T, n, _fns[n])
     T.abs = abs
     T.round = round

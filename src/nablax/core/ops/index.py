@@ -118,8 +118,12 @@ def _parse(x: TensorImpl, idx):
             structure.append(("e",))
         elif isinstance(item, slice):
             structure.append(
-                ("s", _as_int(item.start, "slice start"), _as_int(item.stop, "slice stop"),
-                 _as_int(item.step, "slice step"))
+                (
+                    "s",
+                    _as_int(item.start, "slice start"),
+                    _as_int(item.stop, "slice stop"),
+                    _as_int(item.step, "slice step"),
+                )
             )
         elif isinstance(item, (bool, np.bool_)):
             _add_mask(np.asarray(item), structure, tensors, concrete)
@@ -140,8 +144,10 @@ def _parse(x: TensorImpl, idx):
             arr = np.asarray(item)
             if arr.dtype == np.bool_:
                 _add_mask(arr, structure, tensors, concrete)
-            elif arr.dtype.kind in "iu" or (arr.dtype == object and arr.size == 0) or (
-                arr.size == 0 and arr.dtype.kind == "f"
+            elif (
+                arr.dtype.kind in "iu"
+                or (arr.dtype == object and arr.size == 0)
+                or (arr.size == 0 and arr.dtype.kind == "f")
             ):
                 arr = arr.astype(np.int32)
                 structure.append(_T)

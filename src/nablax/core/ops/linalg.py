@@ -29,7 +29,9 @@ def _einsum_aval(params, *avals):
             out = jax.eval_shape(lambda *xs: jnp.einsum(spec, *xs), *structs)
         except Exception as e:  # noqa: BLE001 - re-raised with shapes
             shapes = ", ".join(str(a[0]) for a in avals)
-            raise op_error(ShapeError, "einsum", f"{spec!r} does not fit shapes {shapes}: {e}") from None
+            raise op_error(
+                ShapeError, "einsum", f"{spec!r} does not fit shapes {shapes}: {e}"
+            ) from None
         r = ((tuple(out.shape), dt),)
         if len(_shape_cache) < 4096:
             _shape_cache[key] = r
@@ -50,7 +52,9 @@ def _operands(op, xs):
     for i in impls[1:]:
         dt = dtypes.promote(dt, i.dtype)
     if dt == dtypes.bool_:
-        raise op_error(DTypeError, op, "bool operands are not supported", "cast to int32 or float32")
+        raise op_error(
+            DTypeError, op, "bool operands are not supported", "cast to int32 or float32"
+        )
     return impls, dt
 
 
@@ -78,7 +82,10 @@ def matmul(a, b) -> Tensor:
     sa, sb = ai.shape, bi.shape
     if not sa or not sb:
         raise op_error(
-            ShapeError, "matmul", f"operands must be at least 1-D, got {sa} and {sb}", "use multiply"
+            ShapeError,
+            "matmul",
+            f"operands must be at least 1-D, got {sa} and {sb}",
+            "use multiply",
         )
     ka = sa[-1]
     kb = sb[0] if len(sb) == 1 else sb[-2]

@@ -194,7 +194,9 @@ def _arg(op, prim, x, axis, keepdims):
     else:
         ax = norm_axis(op, axis, len(xi.shape))
     if t.shape[ax] == 0:
-        raise op_error(ShapeError, op, f"attempt to get {op} of an empty sequence (shape {xi.shape})")
+        raise op_error(
+            ShapeError, op, f"attempt to get {op} of an empty sequence (shape {xi.shape})"
+        )
     out = Tensor._wrap(bind(prim, [t._impl], (ax,))[0])
     if keepdims:
         if axis is None:

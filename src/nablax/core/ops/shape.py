@@ -4,7 +4,7 @@ and the composites built on them (squeeze, expand_dims, stack, tile, repeat, mov
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from jax import lax
@@ -210,7 +210,9 @@ def squeeze(x, axis=None) -> Tensor:
         for a in axes:
             if xi.shape[a] != 1:
                 raise op_error(
-                    ShapeError, "squeeze", f"axis {a} has size {xi.shape[a]}, not 1 (shape {xi.shape})"
+                    ShapeError,
+                    "squeeze",
+                    f"axis {a} has size {xi.shape[a]}, not 1 (shape {xi.shape})",
                 )
     return reshape(Tensor._wrap(xi), tuple(d for i, d in enumerate(xi.shape) if i not in axes))
 
@@ -278,7 +280,9 @@ def stack(tensors, axis: int = 0) -> Tensor:
         raise op_error(ValueError, "stack", "needs at least one tensor")
     shapes = {i.shape for i in impls}
     if len(shapes) != 1:
-        raise op_error(ShapeError, "stack", f"all tensors need the same shape, got {sorted(shapes)}")
+        raise op_error(
+            ShapeError, "stack", f"all tensors need the same shape, got {sorted(shapes)}"
+        )
     ax = norm_axis("stack", axis, len(impls[0].shape) + 1)
     return concatenate([expand_dims(Tensor._wrap(i), ax) for i in impls], ax)
 
