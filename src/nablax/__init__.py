@@ -6,7 +6,7 @@
 58.0
 """
 
-from . import errors
+from . import errors, tree
 from .core import realize as _realize_mod
 from .core.dtypes import (
     bfloat16,

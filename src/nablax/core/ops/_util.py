@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from ...errors import ShapeError, op_error
@@ -40,32 +41,43 @@ def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
     return r
 
 
-def norm_axis(op: str, axis: Any, ndim: int, name: str = "axis") -> int:
-    """Normalize one (possibly negative) axis, or raise naming the op, the axis and the rank."""
+def _rank(ndim_or_shape: Any) -> tuple[int, str]:
+    if isinstance(ndim_or_shape, tuple):
+        return len(ndim_or_shape), f"a tensor of shape {ndim_or_shape}"
+    return ndim_or_shape, f"a tensor with {ndim_or_shape} dimension(s)"
+
+
+def norm_axis(op: str, axis: Any, ndim_or_shape: Any, name: str = "axis") -> int:
+    """Normalize one (possibly negative) axis, or raise naming the op, the axis and the shape.
+
+    ``ndim_or_shape`` is the rank, or better the shape (then the message shows it).
+    """
+    ndim, what = _rank(ndim_or_shape)
     try:
-        a = int(axis)
+        a = operator.index(axis)
     except TypeError:
         raise op_error(TypeError, op, f"{name} must be an int, got {type(axis).__name__}") from None
     if not -ndim <= a < ndim:
         raise op_error(
             ShapeError,
             op,
-            f"{name}={axis} is out of range for a tensor with {ndim} dimension(s)",
+            f"{name}={axis} is out of range for {what} ({ndim} dimension(s))",
             f"use an {name} in [{-ndim}, {ndim - 1}]" if ndim else "0-d tensors have no axes",
         )
     return a % ndim if ndim else 0
 
 
-def norm_axes(op: str, axis: Any, ndim: int) -> tuple:
+def norm_axes(op: str, axis: Any, ndim_or_shape: Any) -> tuple:
     """``None`` -> all axes; int or sequence -> sorted tuple of distinct non-negative axes."""
+    ndim, _ = _rank(ndim_or_shape)
     if axis is None:
         return tuple(range(ndim))
     if isinstance(axis, (tuple, list)):
-        axes = tuple(norm_axis(op, a, ndim) for a in axis)
+        axes = tuple(norm_axis(op, a, ndim_or_shape) for a in axis)
         if len(set(axes)) != len(axes):
             raise op_error(ShapeError, op, f"repeated axis in axis={axis}")
         return tuple(sorted(axes))
-    return (norm_axis(op, axis, ndim),)
+    return (norm_axis(op, axis, ndim_or_shape),)
 
 
 def norm_shape(op: str, shape: Any) -> tuple:
@@ -73,16 +85,10 @@ def norm_shape(op: str, shape: Any) -> tuple:
     if isinstance(shape, (int,)) or hasattr(shape, "__index__") and not hasattr(shape, "__len__"):
         shape = (shape,)
     try:
-        out = tuple(int(operator_index(d)) for d in shape)
+        out = tuple(operator.index(d) for d in shape)
     except TypeError:
         raise op_error(TypeError, op, f"shape must be a sequence of ints, got {shape!r}") from None
     for d in out:
         if d < 0:
             raise op_error(ShapeError, op, f"negative dimension in shape {out}")
     return out
-
-
-def operator_index(d: Any) -> int:
-    import operator
-
-    return operator.index(d)

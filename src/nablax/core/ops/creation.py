@@ -143,12 +143,16 @@ def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None) -> T
     if num < 0:
         raise op_error(ValueError, "linspace", f"num must be >= 0, got {num}")
     dt = dtypes.canonicalize(dtype) if dtype is not None else dtypes.float32
-    return asarray(np.linspace(float(start), float(stop), num, endpoint=endpoint).astype(dt))
+    vals = np.linspace(float(start), float(stop), num, endpoint=endpoint)
+    if dtypes.is_integer(dt):
+        vals = np.floor(vals)  # NumPy and JAX floor for integer dtypes
+    return asarray(vals.astype(dt))
 
 
 def eye(N: int, M: int | None = None, k: int = 0, dtype=None) -> Tensor:
     """Identity-like matrix with ones on the ``k``-th diagonal."""
     M = N if M is None else M
+    N, M = norm_shape("eye", (N, M))
     dt = dtypes.canonicalize(dtype)
     rows = iota(dtypes.int32, (N, M), 0)
     cols = iota(dtypes.int32, (N, M), 1)

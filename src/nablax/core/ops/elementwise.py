@@ -32,7 +32,7 @@ _cfg_get = _config.get
 
 
 def _kind_arith(op, d):
-    if d == bool_ and op in ("subtract", "divide", "power", "negative", "floor_divide", "mod"):
+    if d == bool_ and op in ("subtract", "power", "negative", "floor_divide", "mod", "sign"):
         raise op_error(
             DTypeError, op, "not supported for bool tensors", "cast with .astype(nx.int32)"
         )
@@ -63,6 +63,8 @@ def _kind_predicate(op, d):
 def _kind_real(op, d):
     if dtypes.is_complex(d):
         raise op_error(DTypeError, op, f"not defined for complex dtype {d}")
+    if d == bool_ and op == "round":
+        raise op_error(DTypeError, op, "not defined for bool tensors", "cast with .astype(...)")
     return d, d
 
 
@@ -242,6 +244,13 @@ def _binary(name: str, a, b) -> Tensor:
     params, out_dt = _resolve(name, BINARY[name][0], promote_scalar(ti.dtype, type(s)))
     if type(s) is int and not -2147483648 <= s <= 2147483647:
         _check_int(name, s, params[0])
+    if name == "power" and not first and type(s) is int and s < 0 and dtypes.is_integer(params[0]):
+        raise op_error(
+            DTypeError,
+            "power",
+            f"integers cannot be raised to negative integer powers ({s})",
+            "use a float base, e.g. x.astype(nx.float32) ** -1",
+        )
     c = s  # bare scalar input: materialized in dtype params[0] (see graph.py)
     if ti.value is None:
         ref = ti.src
@@ -257,7 +266,7 @@ def _binary(name: str, a, b) -> Tensor:
 def _binary_tt(name, prim, ai: TensorImpl, bi: TensorImpl) -> Tensor:
     params, out_dt = _resolve(name, BINARY[name][0], promote(ai.dtype, bi.dtype))
     sa, sb = ai.shape, bi.shape
-    shape = sa if sa == sb else broadcast_shapes("nx." + name, sa, sb)
+    shape = sa if sa == sb else broadcast_shapes(name, sa, sb)
     depth = 0
     if ai.value is None:
         ra = ai.src
@@ -301,6 +310,7 @@ def _make_binary(name):
     prim = PRIMS[name]
     kind = BINARY[name][0]
     scalar_cache: dict = {}
+    check_neg = name == "power"  # negative integer exponents are checked on the general path
 
     def scalar_rule(d, st):
         r = scalar_cache.get((d, st))
@@ -309,7 +319,11 @@ def _make_binary(name):
         return r
 
     def f(x1, x2):
-        if type(x1) is Tensor and type(x2) in _SCALARS:
+        if (
+            type(x1) is Tensor
+            and type(x2) in _SCALARS
+            and not (check_neg and type(x2) is int and x2 < 0)
+        ):
             ti = x1._impl
             r = scalar_cache.get((ti.dtype, type(x2)))
             params, out_dt = r if r is not None else scalar_rule(ti.dtype, type(x2))

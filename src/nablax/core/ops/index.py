@@ -40,6 +40,8 @@ def _rebuild(structure, idx_values):
             out.append(slice(item[1], item[2], item[3]))
         elif item[0] == "n":
             out.append(None)
+        elif item[0] == "b":
+            out.append(item[1])
         else:
             out.append(Ellipsis)
     return tuple(out)
@@ -105,37 +107,47 @@ def _as_int(v, what: str) -> int | None:
 
 
 def _parse(x: TensorImpl, idx):
-    """Index expression -> (structure, index impls, concrete index arrays for bounds checks)."""
+    """Index expression -> (structure, index impls, NumPy stand-in index or None).
+
+    The stand-in is the same index with NumPy values (masks as masks, concrete integer arrays as
+    themselves, pending index tensors as zeros); it is returned only when NumPy must validate it
+    (mask lengths, bounds of concrete indices).
+    """
     if not isinstance(idx, tuple):
         idx = (idx,)
     structure: list = []
     tensors: list[TensorImpl] = []
-    concrete: list = []  # numpy arrays aligned with tensors (None for pending tensors)
+    raw: list = []
+    check = False
     for item in idx:
         if item is None:
             structure.append(("n",))
+            raw.append(None)
         elif item is Ellipsis:
             structure.append(("e",))
+            raw.append(Ellipsis)
         elif isinstance(item, slice):
-            structure.append(
-                (
-                    "s",
-                    _as_int(item.start, "slice start"),
-                    _as_int(item.stop, "slice stop"),
-                    _as_int(item.step, "slice step"),
-                )
+            sl = (
+                "s",
+                _as_int(item.start, "slice start"),
+                _as_int(item.stop, "slice stop"),
+                _as_int(item.step, "slice step"),
             )
+            structure.append(sl)
+            raw.append(slice(sl[1], sl[2], sl[3]))
         elif isinstance(item, (bool, np.bool_)):
-            _add_mask(np.asarray(item), structure, tensors, concrete)
+            structure.append(("b", bool(item)))  # NumPy: a new axis of length 1 (True) or 0
+            raw.append(bool(item))
         elif isinstance(item, (int, np.integer)):
             structure.append(("i", int(item)))
+            raw.append(int(item))
         elif isinstance(item, Tensor):
             if item.dtype == dtypes.bool_:
-                _add_mask(item.numpy(), structure, tensors, concrete)  # realizes: shape is data
+                check |= _add_mask(item.numpy(), structure, tensors, raw)  # realizes: shape is data
             elif dtypes.is_integer(item.dtype):
                 structure.append(_T)
                 tensors.append(item._impl)
-                concrete.append(None)
+                raw.append(np.zeros(item.shape, np.intp))
             else:
                 raise IndexError(
                     f"nx.getitem: index tensors must be integer or bool, got {item.dtype}"
@@ -143,22 +155,19 @@ def _parse(x: TensorImpl, idx):
         else:
             arr = np.asarray(item)
             if arr.dtype == np.bool_:
-                _add_mask(arr, structure, tensors, concrete)
-            elif (
-                arr.dtype.kind in "iu"
-                or (arr.dtype == object and arr.size == 0)
-                or (arr.size == 0 and arr.dtype.kind == "f")
-            ):
+                check |= _add_mask(arr, structure, tensors, raw)
+            elif arr.dtype.kind in "iu" or (arr.size == 0 and arr.dtype.kind in "fO"):
                 arr = arr.astype(np.int32)
                 structure.append(_T)
                 tensors.append(impl_from_array(_device(arr)))
-                concrete.append(arr)
+                raw.append(arr)
+                check = True
             else:
                 raise IndexError(
                     f"nx.getitem: only integers, slices, None, ..., and integer or boolean "
                     f"arrays are valid indices, got {type(item).__name__} {item!r}"[:200]
                 )
-    return tuple(structure), tensors, concrete
+    return tuple(structure), tensors, (tuple(raw) if check else None)
 
 
 def _device(arr):
@@ -167,28 +176,23 @@ def _device(arr):
     return jnp.asarray(arr)
 
 
-def _add_mask(mask: np.ndarray, structure, tensors, concrete) -> None:
+def _add_mask(mask: np.ndarray, structure, tensors, raw) -> bool:
     if mask.ndim == 0:
-        # x[True] adds an axis of length 1, x[False] one of length 0 (NumPy)
-        structure.append(("n",))
-        arr = np.zeros((1 if mask else 0,), dtype=np.int32)
-        structure.append(_T)
-        tensors.append(impl_from_array(_device(arr)))
-        concrete.append(None)  # indexes the new axis; always in bounds
-        return
+        structure.append(("b", bool(mask)))
+        raw.append(bool(mask))
+        return False
     for a in np.nonzero(mask):
-        arr = a.astype(np.int32)
         structure.append(_T)
-        tensors.append(impl_from_array(_device(arr)))
-        concrete.append(arr)
+        tensors.append(impl_from_array(_device(a.astype(np.int32))))
+    raw.append(mask)  # NumPy checks the mask's shape against the axes it covers
+    return True
 
 
-def _check_concrete(x: TensorImpl, structure, tensors, concrete, op: str) -> None:
-    if all(c is None for c in concrete):
+def _check(x: TensorImpl, raw, op: str) -> None:
+    if raw is None:
         return
-    vals = [c if c is not None else np.zeros(t.shape, np.intp) for c, t in zip(concrete, tensors)]
     try:
-        _dummy(x.shape)[_rebuild(structure, vals)]
+        _dummy(x.shape)[raw]
     except IndexError as e:
         raise op_error(IndexError, op, f"{e} (tensor shape {x.shape})") from None
 
@@ -204,8 +208,8 @@ def getitem(x, idx) -> Tensor:
     [0, 5, 10]
     """
     xi = x._impl if isinstance(x, Tensor) else to_impl(x)
-    structure, tensors, concrete = _parse(xi, idx)
-    _check_concrete(xi, structure, tensors, concrete, "getitem")
+    structure, tensors, raw = _parse(xi, idx)
+    _check(xi, raw, "getitem")
     if all(s == ("s", None, None, None) for s in structure) or structure == (("e",),):
         return Tensor._wrap(xi)
     return Tensor._wrap(bind(gather_p, [xi, *tensors], (structure,))[0])
@@ -213,8 +217,8 @@ def getitem(x, idx) -> Tensor:
 
 def _update(x, idx, v, mode: str) -> Tensor:
     xi = x._impl if isinstance(x, Tensor) else to_impl(x)
-    structure, tensors, concrete = _parse(xi, idx)
-    _check_concrete(xi, structure, tensors, concrete, f"at[].{mode}")
+    structure, tensors, raw = _parse(xi, idx)
+    _check(xi, raw, f"at[].{mode}")
     target = _gather_shape(xi.shape, structure, [(t.shape, t.dtype) for t in tensors])
     vi = v._impl if isinstance(v, Tensor) else to_impl(v, xi.dtype)
     try:
@@ -281,6 +285,16 @@ def take_along_axis(arr, indices, axis: int) -> Tensor:
     from .creation import iota
 
     t = arr if isinstance(arr, Tensor) else Tensor._wrap(to_impl(arr))
+    if not isinstance(indices, Tensor):
+        concrete = np.asarray(indices)
+        n = t.shape[norm_axis("take_along_axis", axis, t.shape)]
+        if concrete.size and (concrete.min() < -n or concrete.max() >= n):
+            raise op_error(
+                IndexError,
+                "take_along_axis",
+                f"index {concrete.max() if concrete.max() >= n else concrete.min()} is out of "
+                f"bounds for axis {axis} with size {n}",
+            )
     ind = indices if isinstance(indices, Tensor) else Tensor._wrap(to_impl(np.asarray(indices)))
     if ind.ndim != t.ndim:
         raise op_error(

@@ -13,6 +13,7 @@ from .elementwise import (
     astype,
     erf,
     exp,
+    log,
     log1p,
     maximum,
     multiply,
@@ -21,7 +22,7 @@ from .elementwise import (
     subtract,
     tanh,
 )
-from .reduce import logsumexp, max, sum
+from .reduce import max, sum
 
 
 def _t(x) -> Tensor:
@@ -63,7 +64,7 @@ def softmax(x, axis=-1) -> Tensor:
     [0.09, 0.2447, 0.6652]
     """
     x = _t(x)
-    axes = norm_axes("softmax", axis, x.ndim)
+    axes = norm_axes("softmax", axis, x.shape)
     e = exp(subtract(x, stop_gradient(max(x, axes, keepdims=True))))
     return e / sum(e, axes, keepdims=True)
 
@@ -71,9 +72,9 @@ def softmax(x, axis=-1) -> Tensor:
 def log_softmax(x, axis=-1) -> Tensor:
     """``x - logsumexp(x)`` along ``axis``."""
     x = _t(x)
-    axes = norm_axes("log_softmax", axis, x.ndim)
-    lse = logsumexp(x, axes, keepdims=True)
-    return subtract(x, lse)
+    axes = norm_axes("log_softmax", axis, x.shape)
+    shifted = subtract(x, stop_gradient(max(x, axes, keepdims=True)))  # as jax.nn.log_softmax
+    return subtract(shifted, log(sum(exp(shifted), axes, keepdims=True)))
 
 
 def _install_methods() -> None:

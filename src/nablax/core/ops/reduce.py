@@ -7,6 +7,7 @@ import builtins
 import math
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ...errors import DTypeError, ShapeError, op_error
@@ -40,6 +41,8 @@ reduce_sum_p = _reduce_prim("reduce_sum", jnp.sum, _sum_dtype)
 reduce_prod_p = _reduce_prim("reduce_prod", jnp.prod, _sum_dtype)
 reduce_max_p = _reduce_prim("reduce_max", jnp.max)
 reduce_min_p = _reduce_prim("reduce_min", jnp.min)
+reduce_and_p = _reduce_prim("reduce_and", jnp.all)  # bool in, bool out; identity True
+reduce_or_p = _reduce_prim("reduce_or", jnp.any)  # identity False
 
 
 def _arg_prim(name, fn):
@@ -96,7 +99,7 @@ def _reduce(op: str, prim, x, axis, keepdims: bool, dtype=None) -> Tensor:
     xi = _impl(x, op)
     if dtype is not None:
         xi = astype(Tensor._wrap(xi), dtype)._impl
-    axes = norm_axes(op, axis, len(xi.shape))
+    axes = norm_axes(op, axis, xi.shape)
     if prim in (reduce_max_p, reduce_min_p) and builtins.any(xi.shape[a] == 0 for a in axes):
         raise op_error(
             ShapeError,
@@ -135,12 +138,12 @@ def min(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
 
 def all(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """True where every element along ``axis`` is non-zero."""
-    return _reduce("all", reduce_min_p, astype(x, dtypes.bool_), axis, keepdims)
+    return _reduce("all", reduce_and_p, astype(x, dtypes.bool_), axis, keepdims)
 
 
 def any(x, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
     """True where some element along ``axis`` is non-zero."""
-    return _reduce("any", reduce_max_p, astype(x, dtypes.bool_), axis, keepdims)
+    return _reduce("any", reduce_or_p, astype(x, dtypes.bool_), axis, keepdims)
 
 
 def _count(shape, axes) -> int:
@@ -152,7 +155,7 @@ def mean(x, axis=None, keepdims: bool = False, dtype=None) -> Tensor:
     xi = _impl(x, "mean")
     dt = dtypes.canonicalize(dtype) if dtype is not None else dtypes.to_float(xi.dtype)
     t = astype(Tensor._wrap(xi), dt)
-    axes = norm_axes("mean", axis, len(xi.shape))
+    axes = norm_axes("mean", axis, xi.shape)
     return sum(t, axes, keepdims) / _count(xi.shape, axes)
 
 
@@ -160,7 +163,7 @@ def var(x, axis=None, keepdims: bool = False, ddof: int = 0) -> Tensor:
     """Variance with NumPy's default ``ddof=0``."""
     xi = _impl(x, "var")
     t = astype(Tensor._wrap(xi), dtypes.to_float(xi.dtype))
-    axes = norm_axes("var", axis, len(xi.shape))
+    axes = norm_axes("var", axis, xi.shape)
     centered = subtract(t, mean(t, axes, keepdims=True))
     if dtypes.is_complex(t.dtype):
         sq = (centered * centered.conj()).real  # pragma: no cover - complex support is minimal
@@ -178,7 +181,13 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
     """``log(sum(exp(x)))`` computed stably (shifted by the max), as ``jax.nn.logsumexp``."""
     xi = _impl(x, "logsumexp")
     t = astype(Tensor._wrap(xi), dtypes.to_float(xi.dtype))
-    axes = norm_axes("logsumexp", axis, len(xi.shape))
+    axes = norm_axes("logsumexp", axis, xi.shape)
+    if _count(xi.shape, axes) == 0:  # empty sum: log(0) = -inf, as jax.nn.logsumexp
+        from .creation import full
+
+        return _keep(
+            full(_reduced_shape(xi.shape, axes), -np.inf, t.dtype), xi.shape, axes, keepdims
+        )
     m = stop_gradient(max(t, axes, keepdims=True))
     m = where(m.isfinite(), m, 0.0)
     out = log(sum(exp(subtract(t, m)), axes, keepdims=True)) + m

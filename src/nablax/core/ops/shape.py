@@ -206,7 +206,7 @@ def squeeze(x, axis=None) -> Tensor:
     if axis is None:
         axes = tuple(i for i, d in enumerate(xi.shape) if d == 1)
     else:
-        axes = norm_axes("squeeze", axis, len(xi.shape))
+        axes = norm_axes("squeeze", axis, xi.shape)
         for a in axes:
             if xi.shape[a] != 1:
                 raise op_error(
@@ -223,6 +223,8 @@ def expand_dims(x, axis) -> Tensor:
     axes = [axis] if isinstance(axis, int) else list(axis)
     nd = len(xi.shape) + len(axes)
     axes = sorted(norm_axis("expand_dims", a, nd) for a in axes)
+    if len(set(axes)) != len(axes):
+        raise op_error(ShapeError, "expand_dims", f"repeated axis in axis={axis}")
     shape = list(xi.shape)
     for a in axes:
         shape.insert(a, 1)
@@ -352,7 +354,7 @@ def pad(x, pad_width, mode: str = "constant", constant_values=0) -> Tensor:
     nd = len(xi.shape)
     pw = np.asarray(pad_width, dtype=np.int64)
     try:
-        pw = np.broadcast_to(pw.reshape(-1, 2) if pw.size == 2 else pw, (nd, 2))
+        pw = np.broadcast_to(pw, (nd, 2))
     except ValueError:
         raise op_error(
             ShapeError, "pad", f"pad_width {pad_width!r} does not fit a tensor of rank {nd}"
@@ -366,7 +368,7 @@ def pad(x, pad_width, mode: str = "constant", constant_values=0) -> Tensor:
 def flip(x, axis=None) -> Tensor:
     """Reverse the order of elements along ``axis`` (all axes when None)."""
     xi = _impl(x, "flip")
-    axes = norm_axes("flip", axis, len(xi.shape))
+    axes = norm_axes("flip", axis, xi.shape)
     if not axes:
         return x if type(x) is Tensor else Tensor._wrap(xi)
     return _wrap1(rev_p, [xi], (axes,))

@@ -1,0 +1,85 @@
+"""Pytree helpers with key paths, built on ``jax.tree_util``.
+
+nablax ``Tensor`` objects are leaves. Containers are tuples, lists, dicts, ``None``, namedtuples and
+dataclasses registered with :func:`register_dataclass` (usable as a class decorator). Key paths are
+rendered the way error messages show them: ``args[1]['w']``.
+
+>>> import nablax as nx
+>>> @nx.tree.register_dataclass
+... class Params:
+...     w: nx.Tensor
+...     b: nx.Tensor
+>>> p = Params(nx.ones(2), nx.zeros(1))
+>>> [path for path, _ in nx.tree.leaves_with_path(p)]
+['.w', '.b']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from .core.tensor import Tensor
+
+__all__ = [
+    "flatten",
+    "unflatten",
+    "leaves",
+    "leaves_with_path",
+    "map",
+    "structure",
+    "register_dataclass",
+    "keystr",
+]
+
+
+def _is_leaf(x: Any) -> bool:
+    return isinstance(x, Tensor)
+
+
+def flatten(tree: Any) -> tuple[list, Any]:
+    """Leaves (tensors and other non-container values) and the structure to rebuild the tree."""
+    return jax.tree_util.tree_flatten(tree, is_leaf=_is_leaf)
+
+
+def unflatten(treedef: Any, leaves: list) -> Any:
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def leaves(tree: Any) -> list:
+    return jax.tree_util.tree_leaves(tree, is_leaf=_is_leaf)
+
+
+def structure(tree: Any) -> Any:
+    return jax.tree_util.tree_structure(tree, is_leaf=_is_leaf)
+
+
+def map(fn: Callable, tree: Any, *rest: Any) -> Any:  # noqa: A001 - mirrors jax.tree.map
+    """Apply ``fn`` to corresponding leaves of one or more trees of the same structure."""
+    return jax.tree_util.tree_map(fn, tree, *rest, is_leaf=_is_leaf)
+
+
+def keystr(path: tuple) -> str:
+    """``(SequenceKey(1), DictKey('w'))`` -> ``"[1]['w']"``."""
+    return jax.tree_util.keystr(path)
+
+
+def leaves_with_path(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """``[(path_string, leaf), ...]`` with paths like ``[1]['w']`` (``prefix`` prepended)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=_is_leaf)
+    return [(prefix + keystr(p), leaf) for p, leaf in flat]
+
+
+def register_dataclass(cls: type) -> type:
+    """Register a dataclass as a pytree node (every field is a child); usable as a decorator.
+
+    Plain classes are turned into dataclasses first.
+    """
+    if not dataclasses.is_dataclass(cls):
+        cls = dataclasses.dataclass(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    jax.tree_util.register_dataclass(cls, data_fields=names, meta_fields=[])
+    return cls
