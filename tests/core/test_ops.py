@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import nablax as nx
-from nablax.core.graph import SCALAR_TYPES, Const, toposort
+from nablax.core.graph import SCALAR_TYPES, Const, split_ref, src_node, toposort
 from nablax.core.primitive import REGISTRY
 
 try:
@@ -83,7 +83,9 @@ def test_matches_reference(spec, dt, case):
 
 def _graph_nodes(out) -> list:
     roots = [
-        t._impl.src[0] for t in S.outputs(out) if isinstance(t, nx.Tensor) and not t.is_realized
+        src_node(t._impl.src)
+        for t in S.outputs(out)
+        if isinstance(t, nx.Tensor) and not t.is_realized
     ]
     return toposort(roots)
 
@@ -138,8 +140,9 @@ def _record_graph(nodes, recs, where) -> None:
     for node in nodes:
         ins = []
         for inp in node.inputs:
-            if type(inp) is tuple:
-                m, j = inp
+            ref = split_ref(inp)
+            if ref is not None:
+                m, j = ref
                 ins.append(true[m][j] if m in true else _aval_of(m.values[j]))
             elif type(inp) is Const:
                 ins.append(jax.ShapeDtypeStruct((), np.dtype(inp.dtype)))

@@ -11,6 +11,7 @@ import pytest
 
 import nablax as nx
 from nablax import _config
+from nablax.core.graph import src_node
 
 
 @pytest.fixture(autouse=True)
@@ -161,7 +162,7 @@ def test_deep_graph_has_no_recursion_limit():
 def test_realized_intermediates_are_freed():
     x = nx.tensor(np.ones(8, np.float32))
     t = x * 2
-    node_ref = weakref.ref(t._impl.src[0])
+    node_ref = weakref.ref(src_node(t._impl.src))
     impl_ref = weakref.ref(t._impl)
     y = t + 1
     del t

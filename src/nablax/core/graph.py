@@ -1,9 +1,12 @@
 """The lazy graph: nodes, constants, and the walk that collects a pending subgraph.
 
-A :class:`Node` is one call of a primitive. All outputs of the call share the node; an output is
-addressed by ``(node, index)`` (the ``src`` of a pending ``TensorImpl``). Node inputs are one of:
+A :class:`Node` is one call of a primitive. All outputs of the call share the node. An output is
+addressed by the node itself when the primitive has one output (almost all of them: this saves an
+allocation per op on the hot path) and by ``(node, index)`` for multi-output primitives; that
+address is the ``src`` of a pending ``TensorImpl``. Node inputs are one of:
 
-- ``(node, index)``: an output of another node (pending, or materialized in ``node.values``);
+- a ``Node`` or ``(node, index)``: an output of another node (pending, or materialized in
+  ``node.values``);
 - a ``jax.Array``: a realized value (a *leaf* of any program that uses it);
 - a :class:`Const`: a Python scalar with the dtype it takes in this op (weakly typed scalars);
 - a bare Python scalar (``bool``/``int``/``float``/``complex``): shorthand used by elementwise
@@ -74,38 +77,42 @@ def note_pending(wr) -> None:
 
 def prune_pending() -> None:
     PENDING[:] = [w for w in PENDING if (i := w()) is not None and i.value is None]
+    reset_prune_threshold()
+
+
+def reset_prune_threshold() -> None:
     _prune_at[0] = max(4096, 2 * len(PENDING))
 
 
-def is_pending(ref: Any) -> bool:
-    """True for an input ``(node, index)`` whose value is not computed yet."""
-    if type(ref) is not tuple:
-        return False
-    vals = ref[0].values
-    return vals is None or vals[ref[1]] is None
+def split_ref(ref: Any) -> tuple[Node, int] | None:
+    """``(node, index)`` for an input that is a node output, else ``None`` (a value or scalar)."""
+    t = type(ref)
+    if t is Node:
+        return ref, 0
+    if t is tuple:
+        return ref
+    return None
+
+
+def src_node(src: Any) -> Node:
+    """The node of a pending ``TensorImpl.src`` (a ``Node`` or a ``(node, index)`` pair)."""
+    return src if type(src) is Node else src[0]
 
 
 def toposort(roots: list[Node]) -> list[Node]:
-    """Pending nodes reachable from ``roots``, producers before consumers (iterative, no recursion)."""
-    order: list[Node] = []
-    done: set[Node] = set()
+    """Pending nodes reachable from ``roots``, producers before consumers (iterative, no recursion).
+
+    Realization inlines a faster variant of this walk; transforms and tests use this one.
+    """
+    seen: dict = dict.fromkeys(roots)
     stack = list(roots)
     while stack:
-        n = stack[-1]
-        if n in done:
-            stack.pop()
-            continue
-        pushed = False
-        for inp in n.inputs:
-            if type(inp) is tuple:
-                m = inp[0]
-                if m not in done:
-                    vals = m.values
-                    if vals is None or vals[inp[1]] is None:
-                        stack.append(m)
-                        pushed = True
-        if not pushed:
-            stack.pop()
-            done.add(n)
-            order.append(n)
-    return order
+        for inp in stack.pop().inputs or ():
+            ref = split_ref(inp)
+            if ref is None:
+                continue
+            m, j = ref
+            if m not in seen and (m.values is None or m.values[j] is None):
+                seen[m] = None
+                stack.append(m)
+    return sorted(seen, key=lambda n: n.depth)  # deeper than every pending input: topological

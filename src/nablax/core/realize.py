@@ -14,6 +14,7 @@ Outputs of the program are the requested tensors plus every intermediate in the 
 from __future__ import annotations
 
 import collections
+import gc
 import operator
 import threading
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import jax
 import numpy as np
 
 from .. import _config
-from .graph import PENDING, SCALAR_TYPES, Const, prune_pending
+from .graph import PENDING, SCALAR_TYPES, Const, Node, reset_prune_threshold, src_node
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,23 @@ def realize_impls(impls) -> None:
     seen = set()
     for impl in impls:
         if impl.value is None:
-            node = impl.src[0]
+            node = src_node(impl.src)
             if node not in seen:
                 seen.add(node)
                 roots.append(node)
     if not roots:
         return
-    with _S.lock:
-        _realize(roots, impls)
+    # The walk allocates a few short-lived tuples per node; letting them trigger cyclic-GC passes
+    # would rescan the whole (still alive) pending graph many times. It creates no cycles, so the
+    # collector is paused for its duration and restored to the caller's setting afterwards.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with _S.lock:
+            _realize(roots, impls)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
 
 class _Entry:
@@ -114,7 +124,6 @@ def _realize(roots, requested) -> None:
     extra = _connected(order, leaves)
     if extra:
         order, key, leaves, consts, out_impls = _structure(roots + extra)
-    prune_pending()
     entry = _S.cache.get(key)
     if entry is None:
         entry = _S.cache[key] = _Entry()
@@ -141,20 +150,26 @@ def _realize(roots, requested) -> None:
 
 def _connected(order, leaves) -> list:
     """Nodes of live pending tensors (outside the program) that share a node or a leaf with it."""
+    # One scan of PENDING both finds the candidates and prunes dead or realized entries (entries
+    # realized by the coming program are dropped by the next scan).
     in_prog = set(order)
     leaf_ids = {id(v) for v in leaves}
     touching: dict = {}  # node -> bool, memo across candidates
     extra = []
+    live = []
     for wr in PENDING:
         impl = wr()
         if impl is None or impl.value is not None:
             continue
-        node = impl.src[0]
+        live.append(wr)
+        node = src_node(impl.src)
         if node in in_prog or node in touching:
             continue
         if _touches(node, in_prog, leaf_ids, touching):
             extra.append(node)
             in_prog.add(node)
+    PENDING[:] = live
+    reset_prune_threshold()
     return extra
 
 
@@ -171,8 +186,8 @@ def _touches(start, in_prog, leaf_ids, memo) -> bool:
         seen.append(n)
         for inp in n.inputs:
             t = type(inp)
-            if t is tuple:
-                m, j = inp
+            if t is Node or t is tuple:
+                m, j = (inp, 0) if t is Node else inp
                 if m in in_prog:
                     found = True
                 elif m.values is not None and m.values[j] is not None:
@@ -214,7 +229,12 @@ def _structure(roots):
     stack = list(roots)
     while stack:
         for inp in stack.pop().inputs:
-            if type(inp) is tuple:
+            t = type(inp)
+            if t is Node:
+                if inp not in seen and inp.values is None:  # single output: values is all or none
+                    seen[inp] = None
+                    stack.append(inp)
+            elif t is tuple:
                 m = inp[0]
                 if m not in seen:
                     vals = m.values
@@ -226,7 +246,13 @@ def _structure(roots):
         codes = []
         for inp in inputs:
             t = type(inp)
-            if t is tuple:
+            if t is Node:
+                base = node_pos.get(inp)
+                if base is not None:
+                    codes.append(base)
+                    continue
+                inp = inp.values[0]
+            elif t is tuple:
                 m = inp[0]
                 base = node_pos.get(m)
                 if base is not None:
@@ -319,7 +345,8 @@ def _evict() -> None:
 
 def _store(order, out_impls, results) -> None:
     for impl, val in zip(out_impls, results):
-        node, j = impl.src
+        src = impl.src
+        node, j = (src, 0) if type(src) is Node else src
         if node.values is None:
             node.values = [None] * len(node.outs)
         node.values[j] = val

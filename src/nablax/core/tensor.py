@@ -23,13 +23,19 @@ import numpy as np
 
 from .. import _config
 from . import dtypes
-from .graph import Const, Node, note_pending
+from .graph import Const, Node, note_pending, src_node
 
 _wref = weakref.ref
 
 
 class TensorImpl:
-    """State of one tensor: pending node output or realized ``jax.Array``."""
+    (
+        """State of one tensor: pending node output or realized ``jax.Array``.
+
+    ``src`` is the producing ``Node`` (single-output primitives) or ``(node, index)``.
+    """
+        ""
+    )
 
     __slots__ = ("src", "value", "shape", "dtype", "batch_dims", "sharding", "__weakref__")
 
@@ -48,7 +54,7 @@ class TensorImpl:
 
     @property
     def depth(self) -> int:
-        return 0 if self.value is not None else self.src[0].depth
+        return 0 if self.value is not None else src_node(self.src).depth
 
 
 def impl_from_array(arr: jax.Array) -> TensorImpl:
@@ -61,7 +67,11 @@ def impl_from_array(arr: jax.Array) -> TensorImpl:
 def make_outputs(prim, params: tuple, refs: tuple, depth: int, out_avals) -> list[TensorImpl]:
     """Create the node for one primitive call and one pending impl per output aval."""
     node = Node(prim, params, refs, depth)
-    impls = [TensorImpl((node, i), None, s, d) for i, (s, d) in enumerate(out_avals)]
+    if prim.multiple_results:
+        impls = [TensorImpl((node, i), None, s, d) for i, (s, d) in enumerate(out_avals)]
+    else:
+        ((s, d),) = out_avals
+        impls = [TensorImpl(node, None, s, d)]
     node.outs = tuple(_wref(t) for t in impls)
     for wr in node.outs:
         note_pending(wr)
@@ -89,7 +99,7 @@ def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:
             refs.append(i.value)
         else:
             refs.append(i.src)
-            d = i.src[0].depth
+            d = src_node(i.src).depth
             if d > depth:
                 depth = d
     return make_outputs(prim, params, tuple(refs), depth + 1, out_avals)

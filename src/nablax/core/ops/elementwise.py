@@ -212,7 +212,7 @@ def _operand(x, op: str) -> TensorImpl:
 
 def _finish(prim, params, inputs, depth, shape, out_dt, bdims) -> Tensor:
     node = Node(prim, params, inputs, depth)
-    out = TensorImpl((node, 0), None, shape, out_dt, bdims)
+    out = TensorImpl(node, None, shape, out_dt, bdims)
     wr = _wref(out)
     node.outs = (wr,)
     if len(PENDING) < 4096:  # inlined fast path of note_pending
@@ -254,7 +254,7 @@ def _binary(name: str, a, b) -> Tensor:
     c = s  # bare scalar input: materialized in dtype params[0] (see graph.py)
     if ti.value is None:
         ref = ti.src
-        depth = ref[0].depth + 1
+        depth = (ref.depth if type(ref) is Node else ref[0].depth) + 1
     else:
         ref = ti.value
         depth = 1
@@ -270,13 +270,14 @@ def _binary_tt(name, prim, ai: TensorImpl, bi: TensorImpl) -> Tensor:
     depth = 0
     if ai.value is None:
         ra = ai.src
-        depth = ra[0].depth
+        depth = ra.depth if type(ra) is Node else ra[0].depth
     else:
         ra = ai.value
     if bi.value is None:
         rb = bi.src
-        if rb[0].depth > depth:
-            depth = rb[0].depth
+        db = rb.depth if type(rb) is Node else rb[0].depth
+        if db > depth:
+            depth = db
     else:
         rb = bi.value
     return _finish(
@@ -289,7 +290,8 @@ def _unary(name: str, x) -> Tensor:
     xi = x._impl if type(x) is Tensor else _operand(x, name)
     params, out_dt = _resolve(name, UNARY[name][0], xi.dtype)
     if xi.value is None:
-        ref, depth = xi.src, xi.src[0].depth + 1
+        ref = xi.src
+        depth = (ref.depth if type(ref) is Node else ref[0].depth) + 1
     else:
         ref, depth = xi.value, 1
     return _finish(prim, params, (ref,), depth, xi.shape, out_dt, xi.batch_dims)
@@ -331,7 +333,7 @@ def _make_binary(name):
                 _check_int(name, x2, params[0])
             if ti.value is None:
                 ref = ti.src
-                depth = ref[0].depth + 1
+                depth = (ref.depth if type(ref) is Node else ref[0].depth) + 1
             else:
                 ref = ti.value
                 depth = 1
