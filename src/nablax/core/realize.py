@@ -120,10 +120,10 @@ class _Entry:
 
 
 def _realize(roots, requested) -> None:
-    order, key, leaves, consts, out_impls = _structure(roots)
-    extra = _connected(order, leaves)
+    node_pos, key, leaves, consts, out_impls = _structure(roots)
+    extra = _connected(node_pos, leaves)
     if extra:
-        order, key, leaves, consts, out_impls = _structure(roots + extra)
+        node_pos, key, leaves, consts, out_impls = _structure(roots + extra)
     entry = _S.cache.get(key)
     if entry is None:
         entry = _S.cache[key] = _Entry()
@@ -145,14 +145,14 @@ def _realize(roots, requested) -> None:
     results = fn(leaves, consts)
     _S.realizations += 1
     _S.epoch += 1
-    _store(order, out_impls, results)
+    _store(out_impls, results)
 
 
-def _connected(order, leaves) -> list:
+def _connected(node_pos, leaves) -> list:
     """Nodes of live pending tensors (outside the program) that share a node or a leaf with it."""
     # One scan of PENDING both finds the candidates and prunes dead or realized entries (entries
     # realized by the coming program are dropped by the next scan).
-    in_prog = set(order)
+    in_prog = set(node_pos)
     leaf_ids = {id(v) for v in leaves}
     touching: dict = {}  # node -> bool, memo across candidates
     extra = []
@@ -219,7 +219,6 @@ def _structure(roots):
     const_groups: dict = {}  # dtype -> list of python values
     const_desc: list = []
     prog: list = []
-    order: list = []
     out_impls: list = []
     out_codes: list = []
     n = 0
@@ -280,7 +279,6 @@ def _structure(roots):
                 n += 1
             codes.append(s)
         node_pos[node] = n
-        order.append(node)
         outs = node.outs
         nout = len(outs)
         prog.append((node.prim, node.params, tuple(codes), n, nout))
@@ -299,7 +297,7 @@ def _structure(roots):
     group_dtypes = tuple(const_groups)
     consts = tuple(np.asarray(const_groups[d], dtype=d) for d in group_dtypes)
     key = (tuple(prog), tuple(leaf_desc), tuple(const_desc), tuple(out_codes), n)
-    return order, key, leaves, consts, out_impls
+    return node_pos, key, leaves, consts, out_impls
 
 
 def _compile(key, baked_consts):
@@ -343,19 +341,24 @@ def _evict() -> None:
         _S.evictions += 1
 
 
-def _store(order, out_impls, results) -> None:
+def _store(out_impls, results) -> None:
+    multi = []
     for impl, val in zip(out_impls, results):
         src = impl.src
-        node, j = (src, 0) if type(src) is Node else src
-        if node.values is None:
-            node.values = [None] * len(node.outs)
-        node.values[j] = val
+        if type(src) is Node:
+            src.values = [val]
+            src.inputs = None  # its only output is computed: free the upstream graph
+        else:
+            node, j = src
+            if node.values is None:
+                node.values = [None] * len(node.outs)
+            node.values[j] = val
+            multi.append(node)
         impl.value = val
         impl.src = None
-    for node in order:
-        vals = node.values
-        if vals is not None and all(v is not None for v in vals):
-            node.inputs = None  # free upstream graph and values
+    for node in multi:
+        if all(v is not None for v in node.values):
+            node.inputs = None
 
 
 def realize(*tensors) -> None:
