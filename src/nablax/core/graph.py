@@ -44,18 +44,61 @@ class Const:
         return f"Const({self.value!r}, {self.dtype})"
 
 
+class Trace:
+    """One differentiation scope (a ``grad``/``vjp``/``jvp`` call, or the ``requires_grad`` leaves).
+
+    Nodes built from a traced input remember the deepest trace they depend on (``Node.trace``).
+    While that trace, or one enclosing it, is alive, a realized node keeps its inputs (the backward
+    pass walks them) and its tensors keep pointing at it; afterwards the node behaves like plain
+    eager code and frees its inputs when realized. ``owner``: optional weak reference whose death
+    ends the trace (``vjp`` keeps its trace alive as long as the returned ``f_vjp`` exists).
+    """
+
+    __slots__ = ("level", "parent", "active", "owner", "keep_alive", "__weakref__")
+
+    def __init__(self, parent: Trace | None) -> None:
+        self.parent = parent
+        self.level = 0 if parent is None else parent.level + 1
+        self.active = True
+        self.owner = None
+        self.keep_alive = None  # callable -> bool, for the requires_grad root
+
+    def alive(self) -> bool:
+        t = self
+        while t is not None:
+            if t.keep_alive is not None:
+                if t.keep_alive():
+                    return True
+            elif t.active and (t.owner is None or t.owner() is not None):
+                return True
+            t = t.parent
+        return False
+
+
+def deeper(a: Trace | None, b: Trace | None) -> Trace | None:
+    """The trace of a node with inputs traced by ``a`` and ``b`` (the more deeply nested one)."""
+    if a is None:
+        return b
+    if b is None or a.level >= b.level:
+        return a
+    return b
+
+
 class Node:
     """One primitive application in the lazy graph."""
 
-    __slots__ = ("prim", "params", "inputs", "values", "outs", "depth", "__weakref__")
+    __slots__ = ("prim", "params", "inputs", "values", "outs", "depth", "trace", "__weakref__")
 
-    def __init__(self, prim, params: tuple, inputs: tuple, depth: int) -> None:
+    def __init__(self, prim, params: tuple, inputs: tuple, depth: int, trace=None) -> None:
         self.prim = prim
         self.params = params
-        self.inputs = inputs  # None once all outputs are materialized
+        self.inputs = (
+            inputs  # None once all outputs are materialized (and no live trace needs them)
+        )
         self.values: list | None = None  # output values once realized (None entries: not computed)
         self.outs: tuple = ()  # weak references to the output TensorImpls
         self.depth = depth
+        self.trace = trace  # deepest Trace this node depends on, or None (see Trace)
 
     def __repr__(self) -> str:
         return f"Node({self.prim.name}, params={self.params})"

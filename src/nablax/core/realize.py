@@ -345,19 +345,25 @@ def _store(out_impls, results) -> None:
     multi = []
     for impl, val in zip(out_impls, results):
         src = impl.src
+        impl.value = val
         if type(src) is Node:
             src.values = [val]
-            src.inputs = None  # its only output is computed: free the upstream graph
+            if src.trace is None or not src.trace.alive():
+                src.inputs = None  # its only output is computed: free the upstream graph
+                impl.src = None
+            # else: a live differentiation trace still walks this node (see graph.Trace)
         else:
             node, j = src
             if node.values is None:
                 node.values = [None] * len(node.outs)
             node.values[j] = val
             multi.append(node)
-        impl.value = val
-        impl.src = None
+            if node.trace is None or not node.trace.alive():
+                impl.src = None
     for node in multi:
-        if all(v is not None for v in node.values):
+        if all(v is not None for v in node.values) and (
+            node.trace is None or not node.trace.alive()
+        ):
             node.inputs = None
 
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import _config
 from . import dtypes
-from .graph import Const, Node, note_pending, src_node
+from .graph import Const, Node, deeper, note_pending, src_node
 
 _wref = weakref.ref
 
@@ -32,7 +32,9 @@ class TensorImpl:
     (
         """State of one tensor: pending node output or realized ``jax.Array``.
 
-    ``src`` is the producing ``Node`` (single-output primitives) or ``(node, index)``.
+    ``src`` is the producing ``Node`` (single-output primitives) or ``(node, index)``. A realized
+    tensor whose node is still needed by a live differentiation trace keeps ``src`` as well as its
+    ``value``, so that ops built on it later stay connected to the trace.
     """
         ""
     )
@@ -50,11 +52,11 @@ class TensorImpl:
     @property
     def ref(self):
         """What a consuming node stores as its input: the value if realized, else ``(node, idx)``."""
-        return self.src if self.value is None else self.value
+        return self.src if self.src is not None else self.value
 
     @property
     def depth(self) -> int:
-        return 0 if self.value is not None else src_node(self.src).depth
+        return 0 if self.src is None else src_node(self.src).depth
 
 
 def impl_from_array(arr: jax.Array) -> TensorImpl:
@@ -64,9 +66,11 @@ def impl_from_array(arr: jax.Array) -> TensorImpl:
     return TensorImpl(None, arr, tuple(arr.shape), np.dtype(arr.dtype))
 
 
-def make_outputs(prim, params: tuple, refs: tuple, depth: int, out_avals) -> list[TensorImpl]:
+def make_outputs(
+    prim, params: tuple, refs: tuple, depth: int, out_avals, trace=None
+) -> list[TensorImpl]:
     """Create the node for one primitive call and one pending impl per output aval."""
-    node = Node(prim, params, refs, depth)
+    node = Node(prim, params, refs, depth, trace)
     if prim.multiple_results:
         impls = [TensorImpl((node, i), None, s, d) for i, (s, d) in enumerate(out_avals)]
     else:
@@ -92,17 +96,20 @@ def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:
     out_avals = prim.abstract_eval(params, *avals)
     refs = []
     depth = 0
+    trace = None
     for i in inputs:
         if type(i) is Const:
             refs.append(i)
-        elif i.value is not None:
+        elif i.src is None:
             refs.append(i.value)
         else:
             refs.append(i.src)
-            d = src_node(i.src).depth
-            if d > depth:
-                depth = d
-    return make_outputs(prim, params, tuple(refs), depth + 1, out_avals)
+            n = src_node(i.src)
+            if n.depth > depth:
+                depth = n.depth
+            if n.trace is not None:
+                trace = deeper(trace, n.trace)
+    return make_outputs(prim, params, tuple(refs), depth + 1, out_avals, trace)
 
 
 def bind1(prim, inputs, params: tuple = ()) -> Tensor:

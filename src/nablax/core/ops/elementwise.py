@@ -18,7 +18,7 @@ from ... import _config
 from ...errors import DTypeError, op_error
 from .. import dtypes
 from ..dtypes import bool_, promote, promote_scalar
-from ..graph import PENDING, Const, Node, note_pending
+from ..graph import PENDING, Const, Node, deeper, note_pending
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, to_impl
 from ._util import broadcast_shapes
@@ -26,6 +26,7 @@ from ._util import broadcast_shapes
 _wref = weakref.ref
 _SCALARS = {bool, int, float, complex}
 _cfg_get = _config.get
+_new_tensor = object.__new__
 
 # ---- dtype policies --------------------------------------------------------------------------
 # kind -> (computation dtype, output dtype) given the promoted input dtype.
@@ -210,8 +211,8 @@ def _operand(x, op: str) -> TensorImpl:
         raise op_error(TypeError, op, f"cannot use {type(x).__name__} as a tensor ({e})") from e
 
 
-def _finish(prim, params, inputs, depth, shape, out_dt, bdims) -> Tensor:
-    node = Node(prim, params, inputs, depth)
+def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:
+    node = Node(prim, params, inputs, depth, trace)
     out = TensorImpl(node, None, shape, out_dt, bdims)
     wr = _wref(out)
     node.outs = (wr,)
@@ -252,15 +253,14 @@ def _binary(name: str, a, b) -> Tensor:
             "use a float base, e.g. x.astype(nx.float32) ** -1",
         )
     c = s  # bare scalar input: materialized in dtype params[0] (see graph.py)
-    if ti.value is None:
-        ref = ti.src
-        depth = (ref.depth if type(ref) is Node else ref[0].depth) + 1
+    ref = ti.src
+    if ref is None:
+        ref, depth, trace = ti.value, 1, None
     else:
-        ref = ti.value
-        depth = 1
-    return _finish(
-        prim, params, (c, ref) if first else (ref, c), depth, ti.shape, out_dt, ti.batch_dims
-    )
+        n = ref if type(ref) is Node else ref[0]
+        depth, trace = n.depth + 1, n.trace
+    inputs = (c, ref) if first else (ref, c)
+    return _finish(prim, params, inputs, depth, ti.shape, out_dt, ti.batch_dims, trace)
 
 
 def _binary_tt(name, prim, ai: TensorImpl, bi: TensorImpl) -> Tensor:
@@ -268,33 +268,37 @@ def _binary_tt(name, prim, ai: TensorImpl, bi: TensorImpl) -> Tensor:
     sa, sb = ai.shape, bi.shape
     shape = sa if sa == sb else broadcast_shapes(name, sa, sb)
     depth = 0
-    if ai.value is None:
-        ra = ai.src
-        depth = ra.depth if type(ra) is Node else ra[0].depth
-    else:
+    trace = None
+    ra = ai.src
+    if ra is None:
         ra = ai.value
-    if bi.value is None:
-        rb = bi.src
-        db = rb.depth if type(rb) is Node else rb[0].depth
-        if db > depth:
-            depth = db
     else:
+        n = ra if type(ra) is Node else ra[0]
+        depth, trace = n.depth, n.trace
+    rb = bi.src
+    if rb is None:
         rb = bi.value
-    return _finish(
-        prim, params, (ra, rb), depth + 1, shape, out_dt, max(ai.batch_dims, bi.batch_dims)
-    )
+    else:
+        n = rb if type(rb) is Node else rb[0]
+        if n.depth > depth:
+            depth = n.depth
+        if n.trace is not None:
+            trace = deeper(trace, n.trace)
+    bdims = max(ai.batch_dims, bi.batch_dims)
+    return _finish(prim, params, (ra, rb), depth + 1, shape, out_dt, bdims, trace)
 
 
 def _unary(name: str, x) -> Tensor:
     prim = PRIMS[name]
     xi = x._impl if type(x) is Tensor else _operand(x, name)
     params, out_dt = _resolve(name, UNARY[name][0], xi.dtype)
-    if xi.value is None:
-        ref = xi.src
-        depth = (ref.depth if type(ref) is Node else ref[0].depth) + 1
+    ref = xi.src
+    if ref is None:
+        ref, depth, trace = xi.value, 1, None
     else:
-        ref, depth = xi.value, 1
-    return _finish(prim, params, (ref,), depth, xi.shape, out_dt, xi.batch_dims)
+        n = ref if type(ref) is Node else ref[0]
+        depth, trace = n.depth + 1, n.trace
+    return _finish(prim, params, (ref,), depth, xi.shape, out_dt, xi.batch_dims, trace)
 
 
 def _make_unary(name):
@@ -331,14 +335,28 @@ def _make_binary(name):
             params, out_dt = r if r is not None else scalar_rule(ti.dtype, type(x2))
             if type(x2) is int and not -2147483648 <= x2 <= 2147483647:
                 _check_int(name, x2, params[0])
-            if ti.value is None:
-                ref = ti.src
-                depth = (ref.depth if type(ref) is Node else ref[0].depth) + 1
+            ref = ti.src
+            if ref is None:
+                ref, depth, trace = ti.value, 1, None
             else:
-                ref = ti.value
-                depth = 1
-            # the bare scalar is materialized in dtype params[0] (see graph.py)
-            return _finish(prim, params, (ref, x2), depth, ti.shape, out_dt, ti.batch_dims)
+                n = ref if type(ref) is Node else ref[0]
+                depth, trace = n.depth + 1, n.trace
+            # _finish, inlined; the bare scalar is materialized in dtype params[0] (see graph.py)
+            node = Node(prim, params, (ref, x2), depth, trace)
+            out = TensorImpl(node, None, ti.shape, out_dt, ti.batch_dims)
+            wr = _wref(out)
+            node.outs = (wr,)
+            if len(PENDING) < 4096:
+                PENDING.append(wr)
+            else:
+                note_pending(wr)
+            if not depth & 63 and depth > _cfg_get("max_graph_depth"):
+                from ..realize import realize_impls
+
+                realize_impls([out])
+            t = _new_tensor(Tensor)
+            t._impl = out
+            return t
         return _binary(name, x1, x2)
 
     f.__name__ = f.__qualname__ = name
