@@ -155,7 +155,7 @@ class Tensor:
     [[6.0, 12.0], [12.0, 26.0]]
     """
 
-    __slots__ = ("_impl", "__weakref__")
+    __slots__ = ("_impl", "_grad", "__weakref__")
     __array_ufunc__ = None  # make NumPy defer to our reflected operators (np_array + tensor)
     __array_priority__ = 1000
 

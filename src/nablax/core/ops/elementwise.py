@@ -505,7 +505,9 @@ def stop_gradient(x) -> Tensor:
     xi = x._impl if type(x) is Tensor else _operand(x, "stop_gradient")
     from ..tensor import bind
 
-    return Tensor._wrap(bind(_stop_gradient, [xi])[0])
+    out = bind(_stop_gradient, [xi])[0]
+    out.src.trace = None  # constant for every transform: never walked, freed like eager code
+    return Tensor._wrap(out)
 
 
 _stop_gradient = primitive(
@@ -577,3 +579,188 @@ def _install_methods() -> None:
 
 _install_methods()
 np_dtype = np.dtype  # re-export for typing in other families
+
+
+# ---- derivatives -----------------------------------------------------------------------------
+# d(out)/d(x) of unary primitives, as nablax ops of (x, out). Primitives absent here have a zero
+# derivative (sign, floor, ...) or no float output (isnan, invert).
+
+
+def _unary_partials():
+    import math
+
+    two_over_sqrt_pi = 2 / math.sqrt(math.pi)
+    return {
+        "negative": lambda x, y: -1.0,
+        "abs": lambda x, y: sign(x),
+        "exp": lambda x, y: y,
+        "log": lambda x, y: 1.0 / x,
+        "log1p": lambda x, y: 1.0 / (x + 1.0),
+        "expm1": lambda x, y: y + 1.0,
+        "sqrt": lambda x, y: 0.5 / y,
+        "rsqrt": lambda x, y: -0.5 * y / x,
+        "sin": lambda x, y: cos(x),
+        "cos": lambda x, y: -sin(x),
+        "tan": lambda x, y: 1.0 + y * y,
+        "tanh": lambda x, y: 1.0 - y * y,
+        "sigmoid": lambda x, y: y * (1.0 - y),
+        "erf": lambda x, y: two_over_sqrt_pi * exp(-(x * x)),
+    }
+
+
+def _balanced(a, b, y):
+    # JAX's rule for max/min: the winner gets the whole tangent, ties split it evenly
+    return where(equal(a, y), where(equal(b, y), 0.5, 1.0), 0.0)
+
+
+def _binary_partials():
+    return {
+        "add": (lambda a, b, y: 1.0, lambda a, b, y: 1.0),
+        "subtract": (lambda a, b, y: 1.0, lambda a, b, y: -1.0),
+        "multiply": (lambda a, b, y: b, lambda a, b, y: a),
+        "divide": (lambda a, b, y: 1.0 / b, lambda a, b, y: -y / b),
+        "mod": (lambda a, b, y: 1.0, lambda a, b, y: -floor(divide(a, b))),
+        "power": (
+            lambda a, b, y: where(equal(b, 0), 0.0, b * power(a, b - 1)),
+            lambda a, b, y: log(where(equal(a, 0), 1.0, a)) * y,
+        ),
+        "maximum": (lambda a, b, y: _balanced(a, b, y), lambda a, b, y: _balanced(b, a, y)),
+        "minimum": (lambda a, b, y: _balanced(a, b, y), lambda a, b, y: _balanced(b, a, y)),
+        "arctan2": (
+            lambda a, b, y: b / (a * a + b * b),
+            lambda a, b, y: -a / (a * a + b * b),
+        ),
+    }
+
+
+def _is_float_dtype(d) -> bool:
+    return dtypes.is_inexact(d)
+
+
+def _unary_rules(name, partial):
+    def jvp(params, tangents, primals, outs):
+        t = tangents[0]
+        if t is None or not _is_float_dtype(outs[0].dtype):
+            return [None]
+        return [astype(t, outs[0].dtype) * partial(primals[0], outs[0])]
+
+    def vjp(params, cts, primals, outs):
+        ct, x = cts[0], primals[0]
+        if ct is None or not _is_float_dtype(x.dtype):
+            return [None]
+        g = ct * partial(astype(x, outs[0].dtype), outs[0])
+        return [astype(g, x.dtype)]
+
+    PRIMS[name].jvp = jvp
+    PRIMS[name].vjp = vjp
+
+
+def _binary_rules(name, partials):
+    from ._rules import unbroadcast
+
+    pa, pb = partials
+
+    def operands(primals, dt):
+        # scalars stay Python scalars (weakly typed); tensors compute in the op's dtype
+        return [p if type(p) is not Tensor else astype(p, dt) for p in primals]
+
+    def jvp(params, tangents, primals, outs):
+        dt = outs[0].dtype
+        if not _is_float_dtype(dt):
+            return [None]
+        a, b = operands(primals, params[0])
+        y = outs[0]
+        acc = None
+        for t, p in zip(tangents, (pa, pb)):
+            if t is not None:
+                term = astype(t, dt) * p(a, b, y)
+                acc = term if acc is None else acc + term
+        if acc is not None and acc.shape != y.shape:
+            from .shape import broadcast_to
+
+            acc = broadcast_to(acc, y.shape)
+        return [acc]
+
+    def vjp(params, cts, primals, outs):
+        ct = cts[0]
+        if ct is None or not _is_float_dtype(outs[0].dtype):
+            return [None, None]
+        a, b = operands(primals, params[0])
+        y = outs[0]
+        res = []
+        for x, p in zip(primals, (pa, pb)):
+            if type(x) is not Tensor or not _is_float_dtype(x.dtype):
+                res.append(None)
+                continue
+            g = unbroadcast(ct * p(a, b, y), x.shape)
+            res.append(astype(g, x.dtype))
+        return res
+
+    PRIMS[name].jvp = jvp
+    PRIMS[name].vjp = vjp
+
+
+def _select_jvp(params, tangents, primals, outs):
+    _, tx, ty = tangents
+    if tx is None and ty is None:
+        return [None]
+    c = primals[0]
+    dt = outs[0].dtype
+    tx = astype(tx, dt) if tx is not None else 0.0
+    ty = astype(ty, dt) if ty is not None else 0.0
+    from .shape import broadcast_to
+
+    return [broadcast_to(where(c, tx, ty), outs[0].shape)]
+
+
+def _select_vjp(params, cts, primals, outs):
+    from ._rules import unbroadcast
+
+    ct = cts[0]
+    c, x, y = primals
+    if ct is None:
+        return [None, None, None]
+    res = [None]
+    for v, branch in ((x, where(c, ct, 0.0)), (y, where(c, 0.0, ct))):
+        if type(v) is Tensor and _is_float_dtype(v.dtype):
+            res.append(astype(unbroadcast(branch, v.shape), v.dtype))
+        else:
+            res.append(None)
+    return res
+
+
+def _convert_jvp(params, tangents, primals, outs):
+    t = tangents[0]
+    if t is None or not _is_float_dtype(params[0]) or not _is_float_dtype(primals[0].dtype):
+        return [None]
+    return [astype(t, params[0])]
+
+
+def _convert_vjp(params, cts, primals, outs):
+    ct, x = cts[0], primals[0]
+    if ct is None or not _is_float_dtype(x.dtype) or not _is_float_dtype(params[0]):
+        return [None]
+    return [astype(ct, x.dtype)]
+
+
+def _install_rules() -> None:
+    from ._rules import nondifferentiable
+
+    partials = _unary_partials()
+    for name in UNARY:
+        if name in partials:
+            _unary_rules(name, partials[name])
+        else:
+            nondifferentiable(PRIMS[name])  # sign/floor/ceil/round: zero; predicates: no float out
+    bpartials = _binary_partials()
+    for name in BINARY:
+        if name in bpartials:
+            _binary_rules(name, bpartials[name])
+        else:
+            nondifferentiable(PRIMS[name])  # comparisons, bitwise, floor_divide
+    select.jvp, select.vjp = _select_jvp, _select_vjp
+    convert.jvp, convert.vjp = _convert_jvp, _convert_vjp
+    nondifferentiable(_stop_gradient)
+
+
+_install_rules()

@@ -340,3 +340,13 @@ def _install_methods() -> None:
 
 
 _install_methods()
+
+
+def _install_rules() -> None:
+    from ._rules import derive_from_jax
+
+    derive_from_jax(gather_p)
+    derive_from_jax(scatter_p)
+
+
+_install_rules()

@@ -153,3 +153,12 @@ def _install_methods() -> None:
 
 
 _install_methods()
+
+
+def _install_rules() -> None:
+    from ._rules import derive_from_jax
+
+    derive_from_jax(einsum_p)
+
+
+_install_rules()

@@ -159,3 +159,12 @@ def bernoulli(key=None, p=0.5, shape=None) -> Tensor:
     if shape is None:
         shape = pt.shape if pt is not None else np.shape(p)
     return uniform(key, shape) < p
+
+
+def _install_rules() -> None:
+    from ._rules import nondifferentiable
+
+    nondifferentiable(split_p, normal_p, uniform_p, randint_p)
+
+
+_install_rules()

@@ -283,3 +283,14 @@ def _install_methods() -> None:
 
 
 _install_methods()
+
+
+def _install_rules() -> None:
+    from ._rules import derive_from_jax, nondifferentiable
+
+    for p in (reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, cumsum_p, sort_p, top_k_p):
+        derive_from_jax(p)
+    nondifferentiable(argmax_p, argmin_p, argsort_p, reduce_and_p, reduce_or_p)
+
+
+_install_rules()

@@ -435,3 +435,22 @@ def _install_methods() -> None:
 
 
 _install_methods()
+
+
+def _install_rules() -> None:
+    from ._rules import derive_from_jax
+
+    for p in (
+        reshape_p,
+        transpose_p,
+        broadcast_in_dim_p,
+        concatenate_p,
+        slice_p,
+        pad_p,
+        rev_p,
+        split_p,
+    ):
+        derive_from_jax(p)
+
+
+_install_rules()

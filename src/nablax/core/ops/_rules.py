@@ -1,0 +1,191 @@
+"""Helpers for differentiation rules, shared by the op families.
+
+Rule signatures (``params`` is the node's static tuple; lists have one entry per input/output):
+
+- ``jvp(params, tangents, primals, outs) -> tangents_out``
+- ``vjp(params, cts, primals, outs) -> cts_in``
+
+``primals``/``outs`` are Tensors (a Python scalar for a weakly typed scalar operand); a ``None``
+tangent or cotangent means zero. Rules are written with nablax ops, so derivatives are lazy graphs
+that can be differentiated again.
+
+:func:`derive_from_jax` gives a primitive rules by asking JAX for the derivative of its lowering:
+the rule binds a new nablax primitive (``vjp[name]``/``jvp[name]``) whose lowering is ``jax.vjp``/
+``jax.jvp`` of the original lowering, and whose own rules are derived the same way, so any order
+works. Families use it where a hand-written rule would only repeat JAX (gather/scatter structures,
+sorting, general einsum specs).
+"""
+
+from __future__ import annotations
+
+import jax
+
+from ..primitive import Primitive
+from ..tensor import Tensor, TensorImpl, bind, to_impl
+
+
+def is_float_tensor(x) -> bool:
+    return isinstance(x, Tensor) and (x.dtype.kind in "fc" or x.dtype == jax.numpy.bfloat16)
+
+
+def unbroadcast(ct: Tensor, shape: tuple) -> Tensor:
+    """Sum ``ct`` over the axes NumPy broadcasting added or stretched to reach ``ct.shape``."""
+    if ct.shape == shape:
+        return ct
+    lead = len(ct.shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(shape) if d == 1 and ct.shape[lead + i] != 1
+    )
+    out = ct.sum(axis=axes) if axes else ct
+    return out.reshape(shape) if out.shape != shape else out
+
+
+def cast_like(ct: Tensor, x) -> Tensor:
+    """``ct`` in ``x``'s dtype (a mixed-precision input gets its cotangent in its own dtype)."""
+    return ct if ct.dtype == x.dtype else ct.astype(x.dtype)
+
+
+def zero_jvp(params, tangents, primals, outs):
+    return [None] * len(outs)
+
+
+def zero_vjp(params, cts, primals, outs):
+    return [None] * len(primals)
+
+
+def nondifferentiable(*prims: Primitive) -> None:
+    """Outputs that are integers, indices or random bits: zero derivative, as in JAX."""
+    for p in prims:
+        p.jvp = zero_jvp
+        p.vjp = zero_vjp
+
+
+def linear(prim: Primitive, transpose) -> None:
+    """Rules of a primitive linear in its (only) tensor input: jvp applies it to the tangent,
+    vjp applies ``transpose(params, ct, x)``."""
+
+    def jvp(params, tangents, primals, outs):
+        t = tangents[0]
+        if t is None:
+            return [None]
+        return [Tensor._wrap(bind(prim, [t._impl], params)[0])]
+
+    def vjp(params, cts, primals, outs):
+        if cts[0] is None or not is_float_tensor(primals[0]):
+            return [None]
+        return [transpose(params, cts[0], primals[0])]
+
+    prim.jvp = jvp
+    prim.vjp = vjp
+
+
+# ---- rules derived from JAX ------------------------------------------------------------------
+
+_derived: dict = {}
+
+
+def _operand_impls(primals) -> list[TensorImpl]:
+    return [x._impl if isinstance(x, Tensor) else to_impl(x) for x in primals]
+
+
+def _vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
+    key = ("vjp", prim, diff_in, diff_out)
+    p = _derived.get(key)
+    if p is not None:
+        return p
+    n_ct = len(diff_out)
+
+    def aval(params, *avals):
+        return tuple(avals[i] for i in diff_in)
+
+    def lower(params, *xs):
+        inner = params[0]
+        primals, cts = list(xs[:-n_ct]), xs[-n_ct:]
+
+        def f(*d):
+            full = list(primals)
+            for i, v in zip(diff_in, d):
+                full[i] = v
+            out = prim.lower(inner, *full)
+            outs = out if prim.multiple_results else (out,)
+            return tuple(outs[j] for j in diff_out)
+
+        _, pull = jax.vjp(f, *[primals[i] for i in diff_in])
+        return tuple(pull(tuple(cts)))
+
+    p = Primitive(f"vjp[{prim.name}]", aval, lower, multiple_results=True)
+    derive_from_jax(p)
+    _derived[key] = p
+    return p
+
+
+def _jvp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
+    key = ("jvp", prim, diff_in, diff_out)
+    p = _derived.get(key)
+    if p is not None:
+        return p
+    n_t = len(diff_in)
+
+    def aval(params, *avals):
+        outs = prim.abstract_eval(params[0], *avals[:-n_t])
+        return tuple(outs[j] for j in diff_out)
+
+    def lower(params, *xs):
+        inner = params[0]
+        primals, tans = list(xs[:-n_t]), xs[-n_t:]
+
+        def f(*d):
+            full = list(primals)
+            for i, v in zip(diff_in, d):
+                full[i] = v
+            out = prim.lower(inner, *full)
+            outs = out if prim.multiple_results else (out,)
+            return tuple(outs[j] for j in diff_out)
+
+        _, t_out = jax.jvp(f, tuple(primals[i] for i in diff_in), tuple(tans))
+        return tuple(t_out)
+
+    p = Primitive(f"jvp[{prim.name}]", aval, lower, multiple_results=True)
+    derive_from_jax(p)
+    _derived[key] = p
+    return p
+
+
+def _float_outputs(outs) -> tuple:
+    return tuple(j for j, o in enumerate(outs) if is_float_tensor(o))
+
+
+def derive_from_jax(prim: Primitive) -> Primitive:
+    """Give ``prim`` jvp/vjp rules derived from JAX's derivative of its lowering."""
+
+    def vjp(params, cts, primals, outs):
+        diff_in = tuple(i for i, x in enumerate(primals) if is_float_tensor(x))
+        diff_out = tuple(j for j, c in enumerate(cts) if c is not None and is_float_tensor(outs[j]))
+        res = [None] * len(primals)
+        if not diff_in or not diff_out:
+            return res
+        dp = _vjp_prim(prim, diff_in, diff_out)
+        cts_in = [cast_like(cts[j], outs[j])._impl for j in diff_out]
+        for i, r in zip(diff_in, bind(dp, _operand_impls(primals) + cts_in, (params,))):
+            res[i] = Tensor._wrap(r)
+        return res
+
+    def jvp(params, tangents, primals, outs):
+        diff_in = tuple(
+            i
+            for i, (x, t) in enumerate(zip(primals, tangents))
+            if t is not None and is_float_tensor(x)
+        )
+        diff_out = _float_outputs(outs)
+        res = [None] * len(outs)
+        if not diff_in or not diff_out:
+            return res
+        jp = _jvp_prim(prim, diff_in, diff_out)
+        tans = [cast_like(tangents[i], primals[i])._impl for i in diff_in]
+        for j, r in zip(diff_out, bind(jp, _operand_impls(primals) + tans, (params,))):
+            res[j] = Tensor._wrap(r)
+        return res
+
+    prim.vjp = vjp
+    prim.jvp = jvp
+    return prim

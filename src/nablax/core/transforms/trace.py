@@ -1,0 +1,267 @@
+"""Shared machinery of the differentiation interpreters.
+
+A transform call opens a :class:`~nablax.core.graph.Trace` and replaces each differentiated input by
+a *marker*: an identity node owned by that trace. Every node built from a marker records the trace
+(``Node.trace``), so after the user's function ran, the graph between the markers and the outputs is
+exactly the set of traced nodes reachable backwards from the outputs. The interpreters walk that
+set (:func:`collect`), keep the part that really depends on their own markers (:func:`depends`),
+and apply each primitive's ``jvp``/``vjp`` rule, which builds more lazy nablax ops.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+import jax
+import numpy as np
+
+from ..graph import SCALAR_TYPES, Const, Node, Trace, note_pending, split_ref
+from ..primitive import primitive
+from ..tensor import Tensor, TensorImpl, impl_from_array
+
+# ---- trace stack -----------------------------------------------------------------------------
+
+
+class _LeafRegistry:
+    """``requires_grad`` leaves: marker node -> the tensor object whose ``.grad`` receives it.
+
+    Tensors are tracked by identity (``Tensor.__eq__`` is element-wise, so no WeakSet).
+    """
+
+    def __init__(self) -> None:
+        self.by_marker: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._ids: dict[int, weakref.ref] = {}
+
+    def add(self, t) -> None:
+        key = id(t)
+        self._ids[key] = weakref.ref(t, lambda _, k=key: self._ids.pop(k, None))
+
+    def discard(self, t) -> None:
+        self._ids.pop(id(t), None)
+
+    def __contains__(self, t) -> bool:
+        r = self._ids.get(id(t))
+        return r is not None and r() is t
+
+    def alive(self) -> bool:
+        return bool(self._ids)
+
+
+LEAVES = _LeafRegistry()
+GRAD_ROOT = Trace(None)  # the trace of requires_grad leaves: alive while any such tensor lives
+GRAD_ROOT.keep_alive = LEAVES.alive
+
+
+class _Stack(threading.local):
+    def __init__(self) -> None:
+        self.traces: list[Trace] = []
+
+
+_stack = _Stack()
+
+
+def current_trace() -> Trace:
+    """The innermost transform trace of this thread (the requires_grad root when none is open)."""
+    return _stack.traces[-1] if _stack.traces else GRAD_ROOT
+
+
+class open_trace:
+    """Context manager: a new trace nested in the current one, on this thread's stack."""
+
+    def __init__(self) -> None:
+        self.trace = Trace(current_trace())
+
+    def __enter__(self) -> Trace:
+        _stack.traces.append(self.trace)
+        return self.trace
+
+    def __exit__(self, *exc) -> None:
+        _stack.traces.pop()
+
+
+# ---- markers ---------------------------------------------------------------------------------
+
+trace_input_p = primitive(
+    "trace_input",
+    lambda params, x: (x,),
+    lambda params, x: x,
+    doc="Identity node marking a differentiated input of a transform (see transforms/trace.py).",
+)
+trace_input_p.jvp = lambda params, tangents, primals, outs: [tangents[0]]
+trace_input_p.vjp = lambda params, cts, primals, outs: [cts[0]]
+
+
+def mark(t: Tensor, trace: Trace) -> Tensor:
+    """A new tensor equal to ``t`` whose node is a marker owned by ``trace``."""
+    impl = t._impl
+    ref = impl.src if impl.src is not None else impl.value
+    depth = 1 if impl.src is None else _node(impl.src).depth + 1
+    node = Node(trace_input_p, (), (ref,), depth, trace)
+    out = TensorImpl(node, None, impl.shape, impl.dtype, impl.batch_dims)
+    node.outs = (weakref.ref(out),)
+    note_pending(node.outs[0])
+    return Tensor._wrap(out)
+
+
+def marker_of(t: Tensor) -> Node:
+    src = t._impl.src
+    assert type(src) is Node and src.prim is trace_input_p, "not a marked tensor"
+    return src
+
+
+def _node(src) -> Node:
+    return src if type(src) is Node else src[0]
+
+
+class Opaque:
+    """A static parameter that carries a Python object but never changes the structure key (it
+    compares equal to every other ``Opaque``): used where a rule needs per-call data (custom_vjp)
+    that the lowering does not."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Opaque
+
+    def __hash__(self) -> int:
+        return 0x0BAC
+
+    def __repr__(self) -> str:
+        return "Opaque(...)"
+
+
+# ---- walking the traced graph ----------------------------------------------------------------
+
+
+def collect(roots, stop) -> list[Node]:
+    """Traced nodes reachable backwards from ``roots``, producers first; ``stop`` nodes (the
+    transform's own markers) are included but not expanded."""
+    seen = dict.fromkeys(r for r in roots if r.trace is not None)
+    stack = list(seen)
+    while stack:
+        n = stack.pop()
+        if n in stop or n.inputs is None:
+            continue
+        for inp in n.inputs:
+            r = split_ref(inp)
+            if r is not None:
+                m = r[0]
+                if m.trace is not None and m not in seen:
+                    seen[m] = None
+                    stack.append(m)
+    return sorted(seen, key=lambda n: n.depth)
+
+
+def depends(order, markers) -> set:
+    """Nodes of ``order`` (topologically sorted) whose value depends on one of ``markers``."""
+    dep = set()
+    for n in order:
+        if n in markers:
+            dep.add(n)
+            continue
+        for inp in n.inputs or ():
+            r = split_ref(inp)
+            if r is not None and r[0] in dep:
+                dep.add(n)
+                break
+    return dep
+
+
+# ---- avals and tensors for node outputs ------------------------------------------------------
+
+
+def _known_avals(n: Node):
+    avals = []
+    for j, wr in enumerate(n.outs):
+        impl = wr()
+        if impl is not None:
+            avals.append((impl.shape, impl.dtype))
+        elif n.values is not None and n.values[j] is not None:
+            v = n.values[j]
+            avals.append((tuple(v.shape), np.dtype(v.dtype)))
+        else:
+            return None
+    return avals
+
+
+def node_avals(node: Node, memo: dict) -> list:
+    """Output avals of ``node``, recomputed with shape rules where no tensor or value knows them."""
+    r = memo.get(node)
+    if r is not None:
+        return r
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
+            continue
+        known = _known_avals(n)
+        if known is not None:
+            memo[n] = known
+            stack.pop()
+            continue
+        missing = [
+            r[0] for inp in n.inputs if (r := split_ref(inp)) is not None and r[0] not in memo
+        ]
+        if missing:
+            stack.extend(missing)
+            continue
+        in_avals = [input_aval(inp, n, memo) for inp in n.inputs]
+        memo[n] = list(n.prim.abstract_eval(n.params, *in_avals))
+        stack.pop()
+    return memo[node]
+
+
+def input_aval(inp, node: Node, memo: dict):
+    t = type(inp)
+    if t is Const:
+        return ((), inp.dtype)
+    if t in SCALAR_TYPES:
+        return ((), node.params[0])
+    r = split_ref(inp)
+    if r is not None:
+        return node_avals(r[0], memo)[r[1]]
+    return (tuple(inp.shape), np.dtype(inp.dtype))
+
+
+def tensor_of(inp, node: Node, memo: dict):
+    """The value an input of ``node`` stands for: a Tensor (a node output or a realized array) or
+    the Python scalar itself (scalars are weakly typed, so rules can use them as they are)."""
+    t = type(inp)
+    if t in SCALAR_TYPES:
+        return inp
+    if t is Const:
+        from ..ops.creation import full
+
+        return full((), inp.value, inp.dtype)
+    r = split_ref(inp)
+    if r is None:
+        return Tensor._wrap(impl_from_array(inp))
+    return output_tensor(r[0], r[1], memo)
+
+
+def output_tensor(node: Node, j: int, memo: dict) -> Tensor:
+    """A tensor for output ``j`` of ``node`` (its live ``TensorImpl`` when there is one)."""
+    impl = node.outs[j]() if node.outs else None
+    if impl is not None:
+        return Tensor._wrap(impl)
+    shape, dtype = node_avals(node, memo)[j]
+    value = node.values[j] if node.values is not None else None
+    ref = node if not node.prim.multiple_results else (node, j)
+    return Tensor._wrap(TensorImpl(ref, value, shape, dtype))
+
+
+def ref_key(inp):
+    """Cotangent/tangent key of a node-output input, or None for values and scalars."""
+    r = split_ref(inp)
+    return None if r is None else (r[0], r[1])
+
+
+def is_float(dtype) -> bool:
+    d = np.dtype(dtype)
+    return d.kind in "fc" or d == np.dtype(jax.numpy.bfloat16)

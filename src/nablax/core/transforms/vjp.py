@@ -1,0 +1,387 @@
+"""Reverse mode: ``nx.vjp``, ``nx.grad``, ``nx.value_and_grad``, ``nx.jacrev``, ``nx.hessian`` and
+the PyTorch-style ``requires_grad_`` / ``backward`` / ``.grad``.
+
+The backward pass walks the traced nodes between the outputs and the transform's markers in reverse
+topological order and applies each primitive's ``vjp`` rule. Rules build lazy nablax ops, so
+gradients are graphs too: they realize together with everything else, and they can be
+differentiated again (``grad(grad(f))``).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ... import tree as _tree
+from ...errors import op_error
+from ..graph import split_ref
+from ..tensor import Tensor, TensorImpl
+from .trace import (
+    GRAD_ROOT,
+    LEAVES,
+    collect,
+    depends,
+    is_float,
+    mark,
+    marker_of,
+    open_trace,
+    output_tensor,
+    ref_key,
+    tensor_of,
+)
+
+
+def backward_pass(seeds, markers) -> dict:
+    """Cotangents of ``markers`` given ``seeds = [(tensor, cotangent), ...]``.
+
+    Returns ``{marker_node: cotangent Tensor}`` (markers that receive nothing are absent).
+    """
+    cts: dict = {}
+    roots = []
+    for t, ct in seeds:
+        src = t._impl.src
+        if src is None or ct is None:
+            continue
+        r = split_ref(src)
+        _accumulate(cts, r, ct)
+        roots.append(r[0])
+    order = collect(roots, markers)
+    dep = depends(order, markers)
+    memo: dict = {}
+    result = {}
+    for n in reversed(order):
+        if n not in dep:
+            continue
+        if n in markers:
+            ct = cts.pop((n, 0), None)
+            if ct is not None:
+                result[n] = ct
+            continue
+        nout = len(n.outs)
+        out_cts = [cts.pop((n, j), None) for j in range(nout)]
+        if all(c is None for c in out_cts):
+            continue
+        ins = [tensor_of(inp, n, memo) for inp in n.inputs]
+        outs = [output_tensor(n, j, memo) for j in range(nout)]
+        in_cts = n.prim.rule("vjp")(n.params, out_cts, ins, outs)
+        for inp, ct in zip(n.inputs, in_cts):
+            if ct is None:
+                continue
+            key = ref_key(inp)
+            if key is not None and key[0] in dep:
+                _accumulate(cts, key, ct)
+    return result
+
+
+def _accumulate(cts: dict, key, ct) -> None:
+    prev = cts.get(key)
+    cts[key] = ct if prev is None else prev + ct
+
+
+# ---- argument handling -----------------------------------------------------------------------
+
+
+def _fname(f) -> str:
+    return getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
+
+
+def _as_tensor(leaf, api: str, f, path: str, allow_int: bool) -> Tensor | None:
+    """A differentiated input as a Tensor; integer inputs raise (grad) or are skipped (vjp)."""
+    if isinstance(leaf, Tensor):
+        t = leaf
+    elif isinstance(leaf, (float, np.floating)) or hasattr(leaf, "__array__"):
+        t = Tensor(leaf)
+    elif isinstance(leaf, (bool, int, np.integer)):
+        t = Tensor(leaf)
+    else:
+        raise TypeError(
+            f"nx.{api}: argument {path} of {_fname(f)} is a {type(leaf).__name__}, which cannot be "
+            f"differentiated. Fix: pass tensors, or exclude it with argnums"
+        )
+    if not is_float(t.dtype):
+        if allow_int:
+            return None
+        raise TypeError(
+            f"nx.{api}: argument {path} of {_fname(f)} has integer/bool dtype {t.dtype} "
+            f"(shape {t.shape}); gradients are only defined for float inputs. Fix: cast it with "
+            f".astype(nx.float32), or leave it out of argnums"
+        )
+    return t
+
+
+def _mark_args(api, f, args, argnums, trace, allow_int):
+    """Replace the float tensor leaves of ``args[argnums]`` by markers of ``trace``."""
+    args = list(args)
+    per_arg = []  # for each argnum: (treedef, [marker node or None per leaf], [original leaf])
+    for a in argnums:
+        if a >= len(args) or a < -len(args):
+            raise op_error(
+                ValueError,
+                api,
+                f"argnums={a} but {_fname(f)} was called with {len(args)} positional argument(s)",
+            )
+        leaves_with_path = _tree.leaves_with_path(args[a], prefix=f"args[{a}]")
+        leaves, treedef = _tree.flatten(args[a])
+        new_leaves, nodes = [], []
+        for (path, leaf), _ in zip(leaves_with_path, leaves):
+            t = _as_tensor(leaf, api, f, path, allow_int)
+            if t is None:
+                new_leaves.append(leaf)
+                nodes.append(None)
+                continue
+            m = mark(t, trace)
+            new_leaves.append(m)
+            nodes.append(marker_of(m))
+        per_arg.append((treedef, nodes, leaves))
+        args[a] = _tree.unflatten(treedef, new_leaves)
+    return args, per_arg
+
+
+def _norm_argnums(argnums) -> tuple[tuple[int, ...], bool]:
+    if isinstance(argnums, int):
+        return (argnums,), True
+    return tuple(argnums), False
+
+
+def _split_aux(api, f, out, has_aux):
+    if not has_aux:
+        return out, None
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise TypeError(
+            f"nx.{api}: with has_aux=True, {_fname(f)} must return a pair (output, aux), "
+            f"got {type(out).__name__}"
+        )
+    return out[0], out[1]
+
+
+def _out_tensors(api, f, out) -> tuple[list, Any]:
+    leaves, treedef = _tree.flatten(out)
+    for path, leaf in _tree.leaves_with_path(out, prefix="output"):
+        if not isinstance(leaf, Tensor):
+            raise TypeError(
+                f"nx.{api}: {_fname(f)} returned a {type(leaf).__name__} at {path}; outputs to "
+                f"differentiate must be tensors. Fix: return tensors, or move it into aux "
+                f"(has_aux=True)"
+            )
+    return leaves, treedef
+
+
+def _cotangents(per_arg, grads: dict, single: bool):
+    out = []
+    for treedef, nodes, leaves in per_arg:
+        vals = []
+        for node, leaf in zip(nodes, leaves):
+            if node is None:
+                vals.append(None)
+                continue
+            g = grads.get(node)
+            if g is None:
+                from ..ops.creation import zeros
+
+                shape = leaf.shape if hasattr(leaf, "shape") else ()
+                dt = leaf.dtype if isinstance(leaf, Tensor) else Tensor(leaf).dtype
+                g = zeros(shape, dt)
+            vals.append(g)
+        out.append(_tree.unflatten(treedef, vals))
+    return out[0] if single else tuple(out)
+
+
+# ---- public API ------------------------------------------------------------------------------
+
+
+class _VJPFunction:
+    """The ``f_vjp`` returned by :func:`vjp`; its trace stays alive while this object exists."""
+
+    def __init__(self, f, out_leaves, out_treedef, per_arg, trace) -> None:
+        self._f = f
+        self._out_leaves = out_leaves
+        self._out_treedef = out_treedef
+        self._per_arg = per_arg
+        self._trace = trace
+
+    def __call__(self, cotangent):
+        leaves, treedef = _tree.flatten(cotangent)
+        if treedef != self._out_treedef:
+            raise ValueError(
+                f"nx.vjp: the cotangent's structure {treedef} does not match the output structure "
+                f"{self._out_treedef} of {_fname(self._f)}"
+            )
+        seeds = []
+        for (path, out), ct in zip(
+            _tree.leaves_with_path(_tree.unflatten(self._out_treedef, self._out_leaves), "output"),
+            leaves,
+        ):
+            ct = ct if isinstance(ct, Tensor) else Tensor(ct, out.dtype)
+            if ct.shape != out.shape:
+                raise ValueError(
+                    f"nx.vjp: cotangent for {path} of {_fname(self._f)} has shape {ct.shape}, "
+                    f"expected {out.shape} (the output's shape)"
+                )
+            seeds.append((out, ct))
+        markers = {n for _, nodes, _ in self._per_arg for n in nodes if n is not None}
+        grads = backward_pass(seeds, markers)
+        return _cotangents(self._per_arg, grads, single=False)
+
+
+def vjp(f: Callable, *primals, has_aux: bool = False):
+    """Evaluate ``f(*primals)`` and return ``(out, f_vjp)`` (``(out, f_vjp, aux)`` with ``has_aux``),
+    where ``f_vjp(cotangent)`` gives one cotangent per primal, as ``jax.vjp``.
+
+    >>> import nablax as nx
+    >>> out, f_vjp = nx.vjp(lambda x: (x * x).sum(), nx.tensor([1.0, 2.0]))
+    >>> f_vjp(nx.tensor(1.0))[0].tolist()
+    [2.0, 4.0]
+    """
+    with open_trace() as trace:
+        args, per_arg = _mark_args("vjp", f, primals, tuple(range(len(primals))), trace, True)
+        out = f(*args)
+    out, aux = _split_aux("vjp", f, out, has_aux)
+    leaves, treedef = _out_tensors("vjp", f, out)
+    f_vjp = _VJPFunction(f, leaves, treedef, per_arg, trace)
+    trace.owner = weakref.ref(f_vjp)  # the forward graph stays walkable while f_vjp exists
+    return (out, f_vjp, aux) if has_aux else (out, f_vjp)
+
+
+def _value_and_grad_impl(api, f, argnums, has_aux, args, kwargs):
+    nums, single = _norm_argnums(argnums)
+    with open_trace() as trace:
+        try:
+            margs, per_arg = _mark_args(api, f, args, nums, trace, False)
+            out = f(*margs, **kwargs)
+            out, aux = _split_aux(api, f, out, has_aux)
+            if not isinstance(out, Tensor):
+                raise TypeError(
+                    f"nx.{api}: {_fname(f)} must return a scalar tensor, it returned "
+                    f"{type(out).__name__}"
+                )
+            if out.shape != ():
+                raise TypeError(
+                    f"nx.{api}: {_fname(f)} must return a scalar (shape ()), it returned "
+                    f"{out.dtype}{list(out.shape)}. Fix: reduce it (e.g. .sum() or .mean()), or "
+                    f"use nx.vjp / nx.jacrev for non-scalar outputs"
+                )
+            if not is_float(out.dtype):
+                raise TypeError(
+                    f"nx.{api}: {_fname(f)} returned a {out.dtype} scalar; differentiate a float "
+                    f"output"
+                )
+            from ..ops.creation import ones_like
+
+            markers = {n for _, nodes, _ in per_arg for n in nodes if n is not None}
+            grads = backward_pass([(out, ones_like(out))], markers)
+            g = _cotangents(per_arg, grads, single)
+        finally:
+            trace.active = False
+    return (out, aux, g) if has_aux else (out, None, g)
+
+
+def value_and_grad(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
+    """``f`` and its gradient w.r.t. ``args[argnums]`` in one call, as ``jax.value_and_grad``.
+
+    >>> import nablax as nx
+    >>> v, g = nx.value_and_grad(lambda x: (x ** 3).sum())(nx.tensor([1.0, 2.0]))
+    >>> v.item(), g.tolist()
+    (9.0, [3.0, 12.0])
+    """
+
+    @functools.wraps(f)
+    def wrapped(*args, **kwargs):
+        out, aux, g = _value_and_grad_impl("value_and_grad", f, argnums, has_aux, args, kwargs)
+        return ((out, aux), g) if has_aux else (out, g)
+
+    return wrapped
+
+
+def grad(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
+    """Gradient of a scalar-valued ``f`` w.r.t. ``args[argnums]``, as ``jax.grad``.
+
+    >>> import nablax as nx
+    >>> nx.grad(lambda x: (x * x).sum())(nx.tensor([1.0, -3.0])).tolist()
+    [2.0, -6.0]
+    >>> nx.grad(nx.grad(lambda x: x ** 3))(nx.tensor(2.0)).item()
+    12.0
+    """
+
+    @functools.wraps(f)
+    def wrapped(*args, **kwargs):
+        _, aux, g = _value_and_grad_impl("grad", f, argnums, has_aux, args, kwargs)
+        return (g, aux) if has_aux else g
+
+    return wrapped
+
+
+# ---- PyTorch-style convenience ---------------------------------------------------------------
+
+
+def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor:
+    """Make this tensor a leaf whose ``.grad`` is filled by ``backward()`` (PyTorch style).
+
+    >>> import nablax as nx
+    >>> w = nx.tensor([1.0, 2.0]).requires_grad_()
+    >>> (w * w).sum().backward()
+    >>> w.grad.tolist()
+    [2.0, 4.0]
+    """
+    if not requires_grad:
+        if self in LEAVES:
+            LEAVES.discard(self)
+            self._impl = TensorImpl(None, self._realized_value(), self._impl.shape, self.dtype)
+        return self
+    if self in LEAVES:
+        return self
+    if not is_float(self.dtype):
+        raise TypeError(
+            f"requires_grad_: only float tensors can require gradients, got {self.dtype}"
+        )
+    m = mark(self, GRAD_ROOT)
+    self._impl = m._impl
+    LEAVES.by_marker[marker_of(m)] = weakref.ref(self)
+    LEAVES.add(self)
+    return self
+
+
+def _backward(self: Tensor, gradient=None) -> None:
+    """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every ``requires_grad`` leaf it uses."""
+    from ..ops.creation import ones_like
+
+    if gradient is None:
+        if self.shape != ():
+            raise RuntimeError(
+                f"backward: grad can be implicitly created only for scalar outputs, this tensor "
+                f"has shape {self.shape}. Fix: pass gradient=..., or reduce it first"
+            )
+        gradient = ones_like(self)
+    elif not isinstance(gradient, Tensor):
+        gradient = Tensor(gradient, self.dtype)
+    src = self._impl.src
+    if src is None:
+        raise RuntimeError(
+            "backward: this tensor does not depend on any tensor with requires_grad_() "
+            "(or its graph was already freed)"
+        )
+    roots = [split_ref(src)[0]]
+    markers = {n for n in collect(roots, set(LEAVES.by_marker)) if n in LEAVES.by_marker}
+    grads = backward_pass([(self, gradient)], markers)
+    for node, g in grads.items():
+        leaf = LEAVES.by_marker[node]()
+        if leaf is not None:
+            prev = getattr(leaf, "_grad", None)
+            leaf._grad = g if prev is None else prev + g
+
+
+def _get_grad(self: Tensor):
+    return getattr(self, "_grad", None)
+
+
+def _set_grad(self: Tensor, value) -> None:
+    self._grad = value
+
+
+Tensor.requires_grad_ = requires_grad_
+Tensor.backward = _backward
+Tensor.grad = property(_get_grad, _set_grad, doc="Accumulated gradient (PyTorch style).")
+Tensor.requires_grad = property(lambda self: self in LEAVES)
