@@ -325,6 +325,14 @@ spec(
     ["stop_gradient"],
 )
 spec(
+    "vjp_primal",  # nx.vjp's forward value: exercises the trace_input marker primitive
+    lambda x: nx.vjp(lambda y: y * 2.0, x)[0],
+    lambda x: x * 2.0,
+    unary(),
+    FLOATS,
+    ["trace_input", "multiply"],
+)
+spec(
     "astype",
     nx.astype,
     lambda x, d: x.astype(d),
