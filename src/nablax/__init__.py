@@ -131,6 +131,8 @@ from .core.ops.shape import (
 )
 from .core.realize import CacheInfo, cache_info, realize
 from .core.tensor import Tensor
+from .core.transforms.custom import custom_vjp
+from .core.transforms.jacobian import hessian, jacfwd, jacrev
 from .core.transforms.jvp import jvp
 from .core.transforms.vjp import grad, value_and_grad, vjp
 
