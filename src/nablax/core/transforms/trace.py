@@ -62,16 +62,15 @@ class _Stack(threading.local):
 _stack = _Stack()
 
 
-def current_trace() -> Trace:
-    """The innermost transform trace of this thread (the requires_grad root when none is open)."""
-    return _stack.traces[-1] if _stack.traces else GRAD_ROOT
-
-
 class open_trace:
-    """Context manager: a new trace nested in the current one, on this thread's stack."""
+    """Context manager: a new trace nested in the current transform's, on this thread's stack.
+
+    Transform traces do not hang off the requires_grad root: one live ``requires_grad`` tensor
+    elsewhere must not keep every ``grad`` call's graph alive.
+    """
 
     def __init__(self) -> None:
-        self.trace = Trace(current_trace())
+        self.trace = Trace(_stack.traces[-1] if _stack.traces else None)
 
     def __enter__(self) -> Trace:
         _stack.traces.append(self.trace)
