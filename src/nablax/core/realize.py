@@ -120,10 +120,11 @@ class _Entry:
 
 
 def _realize(roots, requested) -> None:
-    node_pos, key, leaves, consts, out_impls = _structure(roots)
-    extra = _connected(node_pos, leaves)
+    seen = _collect(roots, {})
+    extra = _connected(seen)
     if extra:
-        node_pos, key, leaves, consts, out_impls = _structure(roots + extra)
+        _collect(extra, seen)
+    node_pos, key, leaves, consts, out_impls = _structure(seen)
     entry = _S.cache.get(key)
     if entry is None:
         entry = _S.cache[key] = _Entry()
@@ -148,12 +149,12 @@ def _realize(roots, requested) -> None:
     _store(out_impls, results)
 
 
-def _connected(node_pos, leaves) -> list:
+def _connected(seen: dict) -> list:
     """Nodes of live pending tensors (outside the program) that share a node or a leaf with it."""
     # One scan of PENDING both finds the candidates and prunes dead or realized entries (entries
     # realized by the coming program are dropped by the next scan).
-    in_prog = set(node_pos)
-    leaf_ids = {id(v) for v in leaves}
+    in_prog = set(seen)
+    leaf_ids = None  # computed on the first candidate only
     touching: dict = {}  # node -> bool, memo across candidates
     extra = []
     live = []
@@ -165,12 +166,29 @@ def _connected(node_pos, leaves) -> list:
         node = src_node(impl.src)
         if node in in_prog or node in touching:
             continue
+        if leaf_ids is None:
+            leaf_ids = _leaf_ids(seen)
         if _touches(node, in_prog, leaf_ids, touching):
             extra.append(node)
             in_prog.add(node)
     PENDING[:] = live
     reset_prune_threshold()
     return extra
+
+
+def _leaf_ids(seen: dict) -> set:
+    """ids of the realized arrays the collected nodes read."""
+    ids = set()
+    for node in seen:
+        for inp in node.inputs:
+            t = type(inp)
+            if t is Node or t is tuple:
+                m, j = (inp, 0) if t is Node else inp
+                if m not in seen and m.values is not None and m.values[j] is not None:
+                    ids.add(id(m.values[j]))
+            elif t is not Const and t not in SCALAR_TYPES:
+                ids.add(id(inp))
+    return ids
 
 
 def _touches(start, in_prog, leaf_ids, memo) -> bool:
@@ -209,23 +227,14 @@ def _touches(start, in_prog, leaf_ids, memo) -> bool:
 _depth = operator.attrgetter("depth")
 
 
-def _structure(roots):
-    """Collect the pending graph behind ``roots`` (no recursion), number every value it uses in
-    topological order, and build the structure key plus the runtime arguments."""
-    node_pos: dict = {}  # node -> slot of its first output
-    leaf_slot: dict = {}  # id(array) -> slot
-    leaves: list = []
-    leaf_desc: list = []
-    const_groups: dict = {}  # dtype -> list of python values
-    const_desc: list = []
-    prog: list = []
-    out_impls: list = []
-    out_codes: list = []
-    n = 0
-    # Collect the pending nodes (insertion-ordered, deterministic), then order them by depth: a
-    # node is always deeper than its pending inputs, so a stable sort gives a topological order.
-    seen: dict = dict.fromkeys(roots)
-    stack = list(roots)
+def _collect(roots, seen: dict) -> dict:
+    """Add the pending nodes behind ``roots`` to ``seen`` (insertion-ordered, deterministic;
+    iterative, so no recursion limit) and return it."""
+    stack = []
+    for r in roots:
+        if r not in seen:
+            seen[r] = None
+            stack.append(r)
     while stack:
         for inp in stack.pop().inputs:
             t = type(inp)
@@ -240,6 +249,23 @@ def _structure(roots):
                     if vals is None or vals[inp[1]] is None:
                         seen[m] = None
                         stack.append(m)
+    return seen
+
+
+def _structure(seen: dict):
+    """Number every value the collected nodes use in topological order (a node is always deeper
+    than its pending inputs, so a stable sort by depth is one), and build the structure key plus
+    the runtime arguments."""
+    node_pos: dict = {}  # node -> slot of its first output
+    leaf_slot: dict = {}  # id(array) -> slot
+    leaves: list = []
+    leaf_desc: list = []
+    const_groups: dict = {}  # dtype -> list of python values
+    const_desc: list = []
+    prog: list = []
+    out_impls: list = []
+    out_codes: list = []
+    n = 0
     for node in sorted(seen, key=_depth):
         inputs = node.inputs
         codes = []
