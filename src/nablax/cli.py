@@ -21,7 +21,7 @@ _BENCH_SCRIPT = Path("bench") / "bench_eager.py"
 def _cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
 
-    demo.run(steps=args.steps, lr=args.lr, features=args.features, seed=args.seed)
+    demo.run(steps=args.steps, lr=args.lr, hidden=args.hidden, seed=args.seed)
     return 0
 
 
@@ -67,11 +67,13 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    d = sub.add_parser("demo", help="fit logistic regression in eager nablax (a few seconds)")
+    d = sub.add_parser(
+        "demo", help="train a small MLP with nx.value_and_grad in eager nablax (a few seconds)"
+    )
     d.add_argument("--steps", type=int, default=300, help="gradient steps (default 300)")
-    d.add_argument("--lr", type=float, default=0.5, help="learning rate (default 0.5)")
-    d.add_argument("--features", type=int, default=4, help="features, 2-8 (default 4)")
-    d.add_argument("--seed", type=int, default=0, help="data seed (default 0)")
+    d.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    d.add_argument("--hidden", type=int, default=32, help="units per hidden layer (default 32)")
+    d.add_argument("--seed", type=int, default=0, help="data and init seed (default 0)")
     d.set_defaults(func=_cmd_demo)
 
     b = sub.add_parser("bench", help="eager-overhead benchmark vs NumPy / JAX / PyTorch")
