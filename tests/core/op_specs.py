@@ -332,6 +332,16 @@ spec(
     FLOATS,
     ["trace_input", "multiply"],
 )
+_scaled_grad = nx.custom_vjp(lambda x: x * 1.0)
+_scaled_grad.defvjp(lambda x: (x * 1.0, None), lambda res, g: (g * 3.0,))
+spec(
+    "custom_vjp_primal",  # a custom_vjp function called under a trace: one custom_vjp_call node
+    lambda x: nx.vjp(_scaled_grad, x)[0],
+    lambda x: x * 1.0,
+    unary(),
+    FLOATS,
+    ["trace_input", "stop_gradient", "multiply", "custom_vjp_call"],
+)
 spec(
     "astype",
     nx.astype,
@@ -446,7 +456,7 @@ spec(
 # ---- activations (jax.nn) --------------------------------------------------------------------
 
 _ACT_CASES = unary("small", shapes=((3, 4), (), (0, 2), (7,)))
-spec("relu", nx.relu, jax.nn.relu, _ACT_CASES, NUMERIC, ["maximum"])
+spec("relu", nx.relu, jax.nn.relu, _ACT_CASES, NUMERIC, ["greater", "select"])
 spec(
     "gelu",
     nx.gelu,
@@ -1414,7 +1424,7 @@ _METHODS = [
     ("minimum", lambda x: x.minimum(x.T.T), lambda x: jnp.minimum(x, x), NUMERIC, ["minimum"]),
     ("dot", lambda x: x.dot(x.T), None, NUMERIC, ["einsum"]),
     ("matmul", lambda x: x.matmul(x.T), lambda x: x @ x.T, NUMERIC, ["einsum"]),
-    ("relu", lambda x: x.relu(), lambda x: jax.nn.relu(x), NUMERIC, ["maximum"]),
+    ("relu", lambda x: x.relu(), lambda x: jax.nn.relu(x), NUMERIC, ["greater", "select"]),
     ("softmax", lambda x: x.softmax(), lambda x: jax.nn.softmax(x), FLOATS, ["exp"]),
     ("log_softmax", lambda x: x.log_softmax(), lambda x: jax.nn.log_softmax(x), FLOATS, ["log"]),
     ("exp", lambda x: x.exp(), lambda x: jnp.exp(x), FLOATS, ["exp"]),

@@ -87,7 +87,19 @@ def deeper(a: Trace | None, b: Trace | None) -> Trace | None:
 class Node:
     """One primitive application in the lazy graph."""
 
-    __slots__ = ("prim", "params", "inputs", "values", "outs", "depth", "trace", "__weakref__")
+    # ``avals`` (output (shape, dtype) pairs) is set only on traced nodes, for the transforms; it is
+    # deliberately not initialized here to keep eager op building cheap.
+    __slots__ = (
+        "prim",
+        "params",
+        "inputs",
+        "values",
+        "outs",
+        "depth",
+        "trace",
+        "avals",
+        "__weakref__",
+    )
 
     def __init__(self, prim, params: tuple, inputs: tuple, depth: int, trace=None) -> None:
         self.prim = prim

@@ -71,6 +71,8 @@ def make_outputs(
 ) -> list[TensorImpl]:
     """Create the node for one primitive call and one pending impl per output aval."""
     node = Node(prim, params, refs, depth, trace)
+    if trace is not None:
+        node.avals = tuple(out_avals)
     if prim.multiple_results:
         impls = [TensorImpl((node, i), None, s, d) for i, (s, d) in enumerate(out_avals)]
     else:

@@ -12,8 +12,9 @@ that can be differentiated again.
 :func:`derive_from_jax` gives a primitive rules by asking JAX for the derivative of its lowering:
 the rule binds a new nablax primitive (``vjp[name]``/``jvp[name]``) whose lowering is ``jax.vjp``/
 ``jax.jvp`` of the original lowering, and whose own rules are derived the same way, so any order
-works. Families use it where a hand-written rule would only repeat JAX (gather/scatter structures,
-sorting, general einsum specs).
+works. The shape, reduce, index and linalg families have native rules; ``einsum`` keeps the derived
+rule only for specs that repeat a label within one operand (diagonals, traces), and it remains the
+quick way to give a new primitive correct derivatives.
 """
 
 from __future__ import annotations

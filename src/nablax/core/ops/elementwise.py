@@ -213,6 +213,8 @@ def _operand(x, op: str) -> TensorImpl:
 
 def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:
     node = Node(prim, params, inputs, depth, trace)
+    if trace is not None:
+        node.avals = ((shape, out_dt),)
     out = TensorImpl(node, None, shape, out_dt, bdims)
     wr = _wref(out)
     node.outs = (wr,)
@@ -343,6 +345,8 @@ def _make_binary(name):
                 depth, trace = n.depth + 1, n.trace
             # _finish, inlined; the bare scalar is materialized in dtype params[0] (see graph.py)
             node = Node(prim, params, (ref, x2), depth, trace)
+            if trace is not None:
+                node.avals = ((ti.shape, out_dt),)
             out = TensorImpl(node, None, ti.shape, out_dt, ti.batch_dims)
             wr = _wref(out)
             node.outs = (wr,)

@@ -14,6 +14,7 @@ from ...errors import DTypeError, ShapeError, op_error
 from .. import dtypes
 from ..primitive import primitive
 from ..tensor import Tensor, bind, to_impl
+from ._rules import cast_like, is_float_tensor
 from ._util import broadcast_shapes
 
 _shape_cache: dict = {}
@@ -155,10 +156,113 @@ def _install_methods() -> None:
 _install_methods()
 
 
+# ---- derivative rules ------------------------------------------------------------------------
+# einsum is multilinear: the tangent is a sum of einsums with one operand replaced by its tangent,
+# and the cotangent of operand i is an einsum of the output cotangent with the other operands. To
+# write that einsum, the spec is made explicit and free of ``...``: the broadcast batch axes get
+# letters of their own, and an axis of size 1 that broadcasts against a larger one gets a fresh
+# letter (it is then summed over, which changes nothing in the forward pass and sums the
+# cotangent as broadcasting requires).
+
+_LABELS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_parse_cache: dict = {}
+_derived_vjp = None  # JAX-derived rule for specs the native rule does not cover (diagonals)
+
+
+def _explicit(spec: str, shapes) -> tuple | None:
+    """``(operand labels, output labels)`` for ``spec`` on ``shapes``, or None when an operand
+    repeats a label (a diagonal) or labels run out."""
+    key = (spec, shapes)
+    if key not in _parse_cache:
+        try:
+            r = _explicit_uncached(spec, shapes)
+        except StopIteration:
+            r = None
+        if len(_parse_cache) < 4096:
+            _parse_cache[key] = r
+        return r
+    return _parse_cache[key]
+
+
+def _explicit_uncached(spec: str, shapes) -> tuple | None:
+    ins, out = spec.split("->") if "->" in spec else (spec, None)
+    terms_in = ins.split(",")
+    if out is None:  # implicit output: broadcast axes, then labels used once, sorted
+        letters = [c for t in terms_in for c in t.replace("...", "")]
+        once = sorted(c for c in set(letters) if letters.count(c) == 1)
+        out = ("..." if "..." in ins else "") + "".join(once)
+    free = iter(c for c in _LABELS if c not in spec)
+    n_ell = [len(s) - len(t) + 3 if "..." in t else 0 for t, s in zip(terms_in, shapes)]
+    batch = [next(free) for _ in range(max(n_ell, default=0))]
+    terms = []
+    for t, ne in zip(terms_in, n_ell):
+        pre, _, post = t.partition("...")
+        terms.append(list(pre) + (batch[len(batch) - ne :] if ne else []) + list(post))
+    size: dict = {}
+    for labels, shape in zip(terms, shapes):
+        if len(set(labels)) != len(labels):
+            return None
+        for c, d in zip(labels, shape):
+            if d != 1:
+                size[c] = d
+    for labels, shape in zip(terms, shapes):
+        for k, (c, d) in enumerate(zip(labels, shape)):
+            if d == 1 and size.get(c, 1) != 1:
+                labels[k] = next(free)
+    pre, _, post = out.partition("...")
+    out_labels = list(pre) + (batch if "..." in out else []) + list(post)
+    return terms, out_labels
+
+
+def _einsum_jvp(params, tangents, primals, outs):
+    if not is_float_tensor(outs[0]):
+        return [None]
+    acc = None
+    for i, t in enumerate(tangents):
+        if t is None or not is_float_tensor(primals[i]):
+            continue
+        ops = [x._impl for x in primals]
+        ops[i] = t._impl
+        term = Tensor._wrap(bind(einsum_p, ops, params)[0])
+        acc = term if acc is None else acc + term
+    return [acc]
+
+
+def _einsum_vjp(params, cts, primals, outs):
+    ct = cts[0]
+    if ct is None or not is_float_tensor(outs[0]):
+        return [None] * len(primals)
+    parsed = _explicit(params[0], tuple(x.shape for x in primals))
+    if parsed is None:
+        return _derived_vjp(params, cts, primals, outs)
+    terms, out_labels = parsed
+    res = []
+    for i, x in enumerate(primals):
+        if not is_float_tensor(x):
+            res.append(None)
+            continue
+        others = [j for j in range(len(primals)) if j != i]
+        present = set(out_labels).union(*(terms[j] for j in others))
+        kept = [c for c in terms[i] if c in present]
+        spec = ",".join(["".join(out_labels)] + ["".join(terms[j]) for j in others])
+        impls = [cast_like(ct, outs[0])._impl] + [primals[j]._impl for j in others]
+        g = Tensor._wrap(bind(einsum_p, impls, (f"{spec}->{''.join(kept)}", params[1]))[0])
+        if len(kept) != len(terms[i]):  # labels summed only in this operand: broadcast back
+            from .shape import broadcast_in_dim_p
+
+            dims = tuple(k for k, c in enumerate(terms[i]) if c in present)
+            g = Tensor._wrap(bind(broadcast_in_dim_p, [g._impl], (x.shape, dims))[0])
+        res.append(cast_like(g, x))
+    return res
+
+
 def _install_rules() -> None:
+    global _derived_vjp
     from ._rules import derive_from_jax
 
     derive_from_jax(einsum_p)
+    _derived_vjp = einsum_p.vjp
+    einsum_p.jvp, einsum_p.vjp = _einsum_jvp, _einsum_vjp
 
 
 _install_rules()

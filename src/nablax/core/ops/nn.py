@@ -21,6 +21,7 @@ from .elementwise import (
     stop_gradient,
     subtract,
     tanh,
+    where,
 )
 from .reduce import max, sum
 
@@ -31,8 +32,9 @@ def _t(x) -> Tensor:
 
 
 def relu(x) -> Tensor:
-    """``max(x, 0)``."""
-    return maximum(x, 0)
+    """``max(x, 0)``; its gradient at 0 is 0, as ``jax.nn.relu``'s."""
+    t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x))
+    return where(t > 0, t, 0)
 
 
 def gelu(x, approximate: bool = True) -> Tensor:

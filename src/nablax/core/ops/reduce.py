@@ -14,9 +14,21 @@ from ...errors import DTypeError, ShapeError, op_error
 from .. import dtypes
 from ..primitive import primitive
 from ..tensor import Tensor, bind
+from ._rules import cast_like, is_float_tensor
 from ._util import norm_axes, norm_axis
-from .elementwise import astype, exp, log, multiply, sqrt, stop_gradient, subtract, where
-from .shape import _impl, reshape
+from .creation import iota, zeros_like
+from .elementwise import (
+    astype,
+    equal,
+    exp,
+    log,
+    multiply,
+    sqrt,
+    stop_gradient,
+    subtract,
+    where,
+)
+from .shape import _impl, flip, reshape, transpose
 
 
 def _reduced_shape(shape, axes):
@@ -285,11 +297,159 @@ def _install_methods() -> None:
 _install_methods()
 
 
-def _install_rules() -> None:
-    from ._rules import derive_from_jax, nondifferentiable
+# ---- derivative rules ------------------------------------------------------------------------
 
-    for p in (reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, cumsum_p, sort_p, top_k_p):
-        derive_from_jax(p)
+
+def _bind1(prim, xs, params) -> Tensor:
+    return Tensor._wrap(bind(prim, [x._impl for x in xs], params)[0])
+
+
+def _expand(y: Tensor, shape, axes) -> Tensor:
+    """``y`` (reduced over ``axes``) broadcast back to ``shape``."""
+    from .shape import broadcast_in_dim_p
+
+    dims = tuple(a for a in range(len(shape)) if a not in axes)
+    return _bind1(broadcast_in_dim_p, [y], (tuple(shape), dims))
+
+
+def _sum_t(params, ct, x):
+    return _expand(cast_like(ct, x), x.shape, params[0])
+
+
+def _chooser(params, x, y):
+    # JAX's rule for max/min: ties share the cotangent evenly
+    loc = astype(equal(x, _expand(y, x.shape, params[0])), y.dtype)
+    return loc, _bind1(reduce_sum_p, [loc], params)
+
+
+def _chooser_jvp(params, tangents, primals, outs):
+    t, x, y = tangents[0], primals[0], outs[0]
+    if t is None or not is_float_tensor(y):
+        return [None]
+    loc, count = _chooser(params, x, y)
+    return [_bind1(reduce_sum_p, [multiply(astype(t, y.dtype), loc)], params) / count]
+
+
+def _chooser_vjp(params, cts, primals, outs):
+    ct, x, y = cts[0], primals[0], outs[0]
+    if ct is None or not is_float_tensor(x):
+        return [None]
+    loc, count = _chooser(params, x, y)
+    return [cast_like(multiply(_expand(ct / count, x.shape, params[0]), loc), x)]
+
+
+def _shift(a: Tensor, k: int, fill) -> Tensor:
+    """``a`` moved ``k`` places along its last axis, the first ``k`` entries set to ``fill``."""
+    from .shape import pad_p, slice_p
+
+    n = a.shape[-1]
+    nd = a.ndim
+    kept = _bind1(slice_p, [a], ((0,) * nd, a.shape[:-1] + (n - k,), (1,) * nd))
+    return _bind1(pad_p, [kept], (((0, 0),) * (nd - 1) + ((k, 0),), fill))
+
+
+def _exclusive_cumprod(a: Tensor) -> Tensor:
+    """Products of the entries before each one along the last axis (log-depth scan, no division,
+    so zeros are exact)."""
+    n = a.shape[-1]
+    a = _shift(a, 1, 1)
+    k = 1
+    while k < n:
+        a = multiply(a, _shift(a, k, 1))
+        k *= 2
+    return a
+
+
+def _others_product(x: Tensor, axes) -> Tensor:
+    """For each element, the product of the other elements of its reduction group."""
+    nd = x.ndim
+    keep = [a for a in range(nd) if a not in axes]
+    perm = keep + list(axes)
+    xt = transpose(x, perm)
+    flat = reshape(xt, tuple(x.shape[a] for a in keep) + (-1,))
+    last = (flat.ndim - 1,)
+    prod_others = multiply(
+        _exclusive_cumprod(flat), flip(_exclusive_cumprod(flip(flat, last)), last)
+    )
+    return transpose(reshape(prod_others, xt.shape), [int(i) for i in np.argsort(perm)])
+
+
+def _prod_jvp(params, tangents, primals, outs):
+    t, x, y = tangents[0], primals[0], outs[0]
+    if t is None or not is_float_tensor(y):
+        return [None]
+    if x.size == 0:
+        return [zeros_like(y)]
+    g = multiply(astype(t, y.dtype), _others_product(x, params[0]))
+    return [_bind1(reduce_sum_p, [g], params)]
+
+
+def _prod_vjp(params, cts, primals, outs):
+    ct, x = cts[0], primals[0]
+    if ct is None or not is_float_tensor(x):
+        return [None]
+    if x.size == 0:
+        return [zeros_like(x)]
+    return [cast_like(multiply(_expand(ct, x.shape, params[0]), _others_product(x, params[0])), x)]
+
+
+def _cumsum_t(params, ct, x):
+    return _bind1(cumsum_p, [cast_like(ct, x)], (params[0], not params[1]))
+
+
+def _along(idx: Tensor, axis: int) -> tuple:
+    """An index tuple that picks ``idx[..., i, ...]`` along ``axis`` (``take_along_axis``)."""
+    shape = idx.shape
+    out = []
+    for d in range(len(shape)):
+        if d == axis:
+            out.append(idx)
+        else:
+            grid = [1] * len(shape)
+            grid[d] = shape[d]
+            out.append(iota(dtypes.int32, tuple(grid), d))
+    return tuple(out)
+
+
+def _sort_jvp(params, tangents, primals, outs):
+    t, x = tangents[0], primals[0]
+    if t is None or not is_float_tensor(x):
+        return [None]
+    return [astype(t, x.dtype)[_along(_bind1(argsort_p, [x], params), params[0])]]
+
+
+def _sort_vjp(params, cts, primals, outs):
+    ct, x = cts[0], primals[0]
+    if ct is None or not is_float_tensor(x):
+        return [None]
+    index = _along(_bind1(argsort_p, [x], params), params[0])
+    return [zeros_like(x).at[index].add(cast_like(ct, x))]
+
+
+def _topk_jvp(params, tangents, primals, outs):
+    t, x = tangents[0], primals[0]
+    if t is None or not is_float_tensor(x):
+        return [None, None]
+    return [astype(t, x.dtype)[_along(outs[1], x.ndim - 1)], None]
+
+
+def _topk_vjp(params, cts, primals, outs):
+    ct, x = cts[0], primals[0]
+    if ct is None or not is_float_tensor(x):
+        return [None]
+    return [zeros_like(x).at[_along(outs[1], x.ndim - 1)].add(cast_like(ct, x))]
+
+
+def _install_rules() -> None:
+    from ._rules import linear, nondifferentiable
+
+    linear(reduce_sum_p, _sum_t)
+    linear(cumsum_p, _cumsum_t)
+    for p in (reduce_max_p, reduce_min_p):
+        p.jvp, p.vjp = _chooser_jvp, _chooser_vjp
+    reduce_prod_p.jvp, reduce_prod_p.vjp = _prod_jvp, _prod_vjp
+    sort_p.jvp, sort_p.vjp = _sort_jvp, _sort_vjp
+    top_k_p.jvp, top_k_p.vjp = _topk_jvp, _topk_vjp
     nondifferentiable(argmax_p, argmin_p, argsort_p, reduce_and_p, reduce_or_p)
 
 

@@ -13,13 +13,13 @@ from ... import tree as _tree
 from ..graph import split_ref
 from ..tensor import Tensor
 from .trace import (
+    LazyOutputs,
     collect,
     depends,
     is_float,
     mark,
     marker_of,
     open_trace,
-    output_tensor,
     ref_key,
     tensor_of,
 )
@@ -41,8 +41,7 @@ def forward_pass(outputs, tangents: dict) -> list:
         if all(t is None for t in tins):
             continue
         ins = [tensor_of(inp, n, memo) for inp in n.inputs]
-        outs = [output_tensor(n, j, memo) for j in range(len(n.outs))]
-        touts = n.prim.rule("jvp")(n.params, tins, ins, outs)
+        touts = n.prim.rule("jvp")(n.params, tins, ins, LazyOutputs(n, memo))
         for j, t in enumerate(touts):
             if t is not None:
                 tan[(n, j)] = t

@@ -98,6 +98,7 @@ def mark(t: Tensor, trace: Trace) -> Tensor:
     ref = impl.src if impl.src is not None else impl.value
     depth = 1 if impl.src is None else _node(impl.src).depth + 1
     node = Node(trace_input_p, (), (ref,), depth, trace)
+    node.avals = ((impl.shape, impl.dtype),)
     out = TensorImpl(node, None, impl.shape, impl.dtype, impl.batch_dims)
     node.outs = (weakref.ref(out),)
     note_pending(node.outs[0])
@@ -190,7 +191,7 @@ def _known_avals(n: Node):
 
 def node_avals(node: Node, memo: dict) -> list:
     """Output avals of ``node``, recomputed with shape rules where no tensor or value knows them."""
-    r = memo.get(node)
+    r = getattr(node, "avals", None) or memo.get(node)
     if r is not None:
         return r
     stack = [node]
@@ -199,7 +200,7 @@ def node_avals(node: Node, memo: dict) -> list:
         if n in memo:
             stack.pop()
             continue
-        known = _known_avals(n)
+        known = getattr(n, "avals", None) or _known_avals(n)
         if known is not None:
             memo[n] = known
             stack.pop()
@@ -253,6 +254,31 @@ def output_tensor(node: Node, j: int, memo: dict) -> Tensor:
     value = node.values[j] if node.values is not None else None
     ref = node if not node.prim.multiple_results else (node, j)
     return Tensor._wrap(TensorImpl(ref, value, shape, dtype))
+
+
+class LazyOutputs:
+    """``outs`` argument of rules: output tensors created only when a rule reads them."""
+
+    __slots__ = ("_node", "_memo", "_cache")
+
+    def __init__(self, node: Node, memo: dict) -> None:
+        self._node = node
+        self._memo = memo
+        self._cache: dict = {}
+
+    def __len__(self) -> int:
+        return len(self._node.outs)
+
+    def __getitem__(self, j):
+        if isinstance(j, slice):
+            return [self[i] for i in range(len(self))[j]]
+        t = self._cache.get(j)
+        if t is None:
+            t = self._cache[j] = output_tensor(self._node, j, self._memo)
+        return t
+
+    def __iter__(self):
+        return (self[j] for j in range(len(self)))
 
 
 def ref_key(inp):

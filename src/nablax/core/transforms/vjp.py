@@ -23,13 +23,13 @@ from ..tensor import Tensor, TensorImpl
 from .trace import (
     GRAD_ROOT,
     LEAVES,
+    LazyOutputs,
     collect,
     depends,
     is_float,
     mark,
     marker_of,
     open_trace,
-    output_tensor,
     ref_key,
     tensor_of,
 )
@@ -66,8 +66,7 @@ def backward_pass(seeds, markers) -> dict:
         if all(c is None for c in out_cts):
             continue
         ins = [tensor_of(inp, n, memo) for inp in n.inputs]
-        outs = [output_tensor(n, j, memo) for j in range(nout)]
-        in_cts = n.prim.rule("vjp")(n.params, out_cts, ins, outs)
+        in_cts = n.prim.rule("vjp")(n.params, out_cts, ins, LazyOutputs(n, memo))
         for inp, ct in zip(n.inputs, in_cts):
             if ct is None:
                 continue
