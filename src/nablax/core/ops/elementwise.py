@@ -611,6 +611,13 @@ def _unary_partials():
     }
 
 
+def _reciprocal(b):
+    # a Python scalar stays a scalar (weakly typed), except 0, which must give inf like JAX
+    if type(b) in _SCALARS and b != 0:
+        return 1.0 / b
+    return divide(1.0, b)
+
+
 def _balanced(a, b, y):
     # JAX's rule for max/min: the winner gets the whole tangent, ties split it evenly
     return where(equal(a, y), where(equal(b, y), 0.5, 1.0), 0.0)
@@ -621,7 +628,7 @@ def _binary_partials():
         "add": (lambda a, b, y: 1.0, lambda a, b, y: 1.0),
         "subtract": (lambda a, b, y: 1.0, lambda a, b, y: -1.0),
         "multiply": (lambda a, b, y: b, lambda a, b, y: a),
-        "divide": (lambda a, b, y: 1.0 / b, lambda a, b, y: -y / b),
+        "divide": (lambda a, b, y: _reciprocal(b), lambda a, b, y: -y / b),
         "mod": (lambda a, b, y: 1.0, lambda a, b, y: -floor(divide(a, b))),
         "power": (
             lambda a, b, y: where(equal(b, 0), 0.0, b * power(a, b - 1)),
