@@ -54,7 +54,7 @@ class Trace:
     ends the trace (``vjp`` keeps its trace alive as long as the returned ``f_vjp`` exists).
     """
 
-    __slots__ = ("level", "parent", "active", "owner", "keep_alive", "__weakref__")
+    __slots__ = ("level", "parent", "active", "owner", "keep_alive", "kept", "__weakref__")
 
     def __init__(self, parent: Trace | None) -> None:
         self.parent = parent
@@ -62,6 +62,7 @@ class Trace:
         self.active = True
         self.owner = None
         self.keep_alive = None  # callable -> bool, for the requires_grad root
+        self.kept: list = []  # weak refs to nodes realized while this trace needed their inputs
 
     def alive(self) -> bool:
         t = self
@@ -73,6 +74,42 @@ class Trace:
                 return True
             t = t.parent
         return False
+
+
+def end_trace(trace: Trace) -> None:
+    """The trace is over: nodes it kept go to a still-live enclosing trace, or are released like
+    eager code (inputs dropped, tensors no longer pointing at their node)."""
+    trace.active = False
+    kept, trace.kept = trace.kept, []
+    for wr in kept:
+        node = wr()
+        if node is None:
+            continue
+        heir = node.trace
+        while heir is not None and not _self_alive(heir):
+            heir = heir.parent
+        if heir is not None:
+            heir.kept.append(wr)
+        else:
+            release(node)
+
+
+def _self_alive(t: Trace) -> bool:
+    if t.keep_alive is not None:
+        return t.keep_alive()
+    return t.active and (t.owner is None or t.owner() is not None)
+
+
+def release(node: Node) -> None:
+    """Turn a realized node kept for a trace back into an ordinary realized node."""
+    vals = node.values
+    if vals is None or any(v is None for v in vals):
+        return
+    node.inputs = None
+    for wr in node.outs:
+        impl = wr()
+        if impl is not None and impl.value is not None:
+            impl.src = None
 
 
 def deeper(a: Trace | None, b: Trace | None) -> Trace | None:

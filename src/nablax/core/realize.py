@@ -17,6 +17,7 @@ import collections
 import gc
 import operator
 import threading
+import weakref
 from dataclasses import dataclass
 
 import jax
@@ -377,7 +378,8 @@ def _store(out_impls, results) -> None:
             if src.trace is None or not src.trace.alive():
                 src.inputs = None  # its only output is computed: free the upstream graph
                 impl.src = None
-            # else: a live differentiation trace still walks this node (see graph.Trace)
+            else:  # a live differentiation trace may still walk this node (see graph.Trace)
+                src.trace.kept.append(weakref.ref(src))
         else:
             node, j = src
             if node.values is None:
@@ -387,10 +389,11 @@ def _store(out_impls, results) -> None:
             if node.trace is None or not node.trace.alive():
                 impl.src = None
     for node in multi:
-        if all(v is not None for v in node.values) and (
-            node.trace is None or not node.trace.alive()
-        ):
-            node.inputs = None
+        if all(v is not None for v in node.values):
+            if node.trace is None or not node.trace.alive():
+                node.inputs = None
+            else:
+                node.trace.kept.append(weakref.ref(node))
 
 
 def realize(*tensors) -> None:

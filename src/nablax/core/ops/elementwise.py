@@ -595,7 +595,7 @@ def _unary_partials():
     two_over_sqrt_pi = 2 / math.sqrt(math.pi)
     return {
         "negative": lambda x, y: -1.0,
-        "abs": lambda x, y: sign(x),
+        "abs": lambda x, y: where(greater_equal(x, 0), 1.0, -1.0),  # JAX: 1 at 0
         "exp": lambda x, y: y,
         "log": lambda x, y: 1.0 / x,
         "log1p": lambda x, y: 1.0 / (x + 1.0),
@@ -652,7 +652,8 @@ def _unary_rules(name, partial):
         t = tangents[0]
         if t is None or not _is_float_dtype(outs[0].dtype):
             return [None]
-        return [astype(t, outs[0].dtype) * partial(primals[0], outs[0])]
+        dt = outs[0].dtype
+        return [astype(astype(t, dt) * partial(primals[0], outs[0]), dt)]
 
     def vjp(params, cts, primals, outs):
         ct, x = cts[0], primals[0]
@@ -685,10 +686,12 @@ def _binary_rules(name, partials):
             if t is not None:
                 term = astype(t, dt) * p(a, b, y)
                 acc = term if acc is None else acc + term
-        if acc is not None and acc.shape != y.shape:
-            from .shape import broadcast_to
+        if acc is not None:
+            acc = astype(acc, dt)
+            if acc.shape != y.shape:
+                from .shape import broadcast_to
 
-            acc = broadcast_to(acc, y.shape)
+                acc = broadcast_to(acc, y.shape)
         return [acc]
 
     def vjp(params, cts, primals, outs):

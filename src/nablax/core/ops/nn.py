@@ -9,13 +9,12 @@ from .. import dtypes
 from ..tensor import Tensor, to_impl
 from ._util import norm_axes
 from .elementwise import (
-    abs,
     astype,
     erf,
     exp,
     log,
     log1p,
-    maximum,
+    minimum,
     multiply,
     sigmoid,
     stop_gradient,
@@ -55,7 +54,9 @@ def silu(x) -> Tensor:
 def softplus(x) -> Tensor:
     """``log(1 + exp(x))``, computed stably."""
     x = _t(x)
-    return maximum(x, 0) + log1p(exp(-abs(x)))
+    # log1p(exp(x)) is exact in float32 below 15 and equals x above it; its derivative is
+    # sigmoid(x) everywhere (0.5 at 0, as jax.nn.softplus), which max(x,0)+log1p(exp(-|x|)) misses
+    return where(x > 15.0, x, log1p(exp(minimum(x, 20.0))))  # clamp away from the switch: no tie
 
 
 def softmax(x, axis=-1) -> Tensor:

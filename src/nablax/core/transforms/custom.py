@@ -112,9 +112,9 @@ class custom_vjp:
                     inputs.append(leaf._impl)
                     paths.append(path)
                     positions.append((len(treedefs) - 1, k))
-                    det.append(stop_gradient(leaf))
-                else:
-                    det.append(leaf)
+                # fwd sees the arguments as they are: its residuals stay connected to enclosing
+                # traces (second order); the custom node sends no cotangent into fwd's internals
+                det.append(leaf)
             detached_args.append(_tree.unflatten(treedef, det))
         result = self.fwd(*detached_args, **kwargs)
         if not (isinstance(result, (tuple, list)) and len(result) == 2):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ... import tree as _tree
-from ..graph import split_ref
+from ..graph import end_trace, split_ref
 from ..tensor import Tensor
 from .trace import (
     LazyOutputs,
@@ -100,7 +100,7 @@ def jvp(f: Callable, primals, tangents):
             leaves, treedef = _out_tensors("jvp", f, out)
             touts = forward_pass(leaves, tmap)
         finally:
-            trace.active = False
+            end_trace(trace)
     from ..ops.creation import zeros_like
 
     t_out = [t if t is not None else zeros_like(o) for o, t in zip(leaves, touts)]

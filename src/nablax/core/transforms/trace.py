@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..graph import SCALAR_TYPES, Const, Node, Trace, note_pending, split_ref
+from ..graph import SCALAR_TYPES, Const, Node, Trace, end_trace, note_pending, split_ref
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, impl_from_array
 
@@ -36,10 +36,17 @@ class _LeafRegistry:
 
     def add(self, t) -> None:
         key = id(t)
-        self._ids[key] = weakref.ref(t, lambda _, k=key: self._ids.pop(k, None))
+        self._ids[key] = weakref.ref(t, lambda _, k=key: self._forget(k))
+
+    def _forget(self, key: int) -> None:
+        self._ids.pop(key, None)
+        if not self._ids:  # the last requires_grad tensor is gone: release what was kept for it
+            end_trace(GRAD_ROOT)
+            GRAD_ROOT.active = True
 
     def discard(self, t) -> None:
-        self._ids.pop(id(t), None)
+        if id(t) in self._ids:
+            self._forget(id(t))
 
     def __contains__(self, t) -> bool:
         r = self._ids.get(id(t))

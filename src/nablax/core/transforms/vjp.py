@@ -18,7 +18,7 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import op_error
-from ..graph import split_ref
+from ..graph import end_trace, split_ref
 from ..tensor import Tensor, TensorImpl
 from .trace import (
     GRAD_ROOT,
@@ -242,6 +242,7 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
     leaves, treedef = _out_tensors("vjp", f, out)
     f_vjp = _VJPFunction(f, leaves, treedef, per_arg, trace)
     trace.owner = weakref.ref(f_vjp)  # the forward graph stays walkable while f_vjp exists
+    weakref.finalize(f_vjp, end_trace, trace)
     return (out, f_vjp, aux) if has_aux else (out, f_vjp)
 
 
@@ -274,7 +275,7 @@ def _value_and_grad_impl(api, f, argnums, has_aux, args, kwargs):
             grads = backward_pass([(out, ones_like(out))], markers)
             g = _cotangents(per_arg, grads, single)
         finally:
-            trace.active = False
+            end_trace(trace)
     return (out, aux, g) if has_aux else (out, None, g)
 
 
@@ -356,6 +357,11 @@ def _backward(self: Tensor, gradient=None) -> None:
         gradient = ones_like(self)
     elif not isinstance(gradient, Tensor):
         gradient = Tensor(gradient, self.dtype)
+    if gradient.shape != self.shape:
+        raise ValueError(
+            f"backward: gradient has shape {gradient.shape}, but the tensor has shape "
+            f"{self.shape}; they must match"
+        )
     src = self._impl.src
     if src is None:
         raise RuntimeError(
@@ -364,6 +370,11 @@ def _backward(self: Tensor, gradient=None) -> None:
         )
     roots = [split_ref(src)[0]]
     markers = {n for n in collect(roots, set(LEAVES.by_marker)) if n in LEAVES.by_marker}
+    if not markers:
+        raise RuntimeError(
+            "backward: this tensor does not depend on any tensor with requires_grad_() "
+            "(or its graph was already freed)"
+        )
     grads = backward_pass([(self, gradient)], markers)
     for node, g in grads.items():
         leaf = LEAVES.by_marker[node]()
