@@ -22,6 +22,7 @@ memory is freed.
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 SCALAR_TYPES = frozenset((bool, int, float, complex))
@@ -208,3 +209,23 @@ def toposort(roots: list[Node]) -> list[Node]:
                 seen[m] = None
                 stack.append(m)
     return sorted(seen, key=lambda n: n.depth)  # deeper than every pending input: topological
+
+
+class gc_paused:
+    """Pause Python's cyclic garbage collector for a block, restoring the caller's setting.
+
+    Graph walks (realization, the backward pass) allocate many short-lived objects but create no
+    reference cycles (the graph is a DAG; traces hold only weak references). Letting those
+    allocations trigger collections would rescan the whole live graph over and over; reference
+    counting still frees everything as usual.
+    """
+
+    __slots__ = ("_was",)
+
+    def __enter__(self) -> None:
+        self._was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc) -> None:
+        if self._was:
+            gc.enable()

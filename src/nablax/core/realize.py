@@ -14,7 +14,6 @@ Outputs of the program are the requested tensors plus every intermediate in the 
 from __future__ import annotations
 
 import collections
-import gc
 import operator
 import threading
 import weakref
@@ -24,7 +23,15 @@ import jax
 import numpy as np
 
 from .. import _config
-from .graph import PENDING, SCALAR_TYPES, Const, Node, reset_prune_threshold, src_node
+from .graph import (
+    PENDING,
+    SCALAR_TYPES,
+    Const,
+    Node,
+    gc_paused,
+    reset_prune_threshold,
+    src_node,
+)
 
 
 @dataclass(frozen=True)
@@ -90,17 +97,8 @@ def realize_impls(impls) -> None:
                 roots.append(node)
     if not roots:
         return
-    # The walk allocates a few short-lived tuples per node; letting them trigger cyclic-GC passes
-    # would rescan the whole (still alive) pending graph many times. It creates no cycles, so the
-    # collector is paused for its duration and restored to the caller's setting afterwards.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        with _S.lock:
-            _realize(roots, impls)
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    with gc_paused(), _S.lock:  # see graph.gc_paused
+        _realize(roots, impls)
 
 
 class _Entry:

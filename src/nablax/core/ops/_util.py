@@ -41,10 +41,14 @@ def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
     return r
 
 
-def _rank(ndim_or_shape: Any) -> tuple[int, str]:
+def _rank(ndim_or_shape: Any) -> int:
+    return len(ndim_or_shape) if isinstance(ndim_or_shape, tuple) else ndim_or_shape
+
+
+def _what(ndim_or_shape: Any) -> str:
     if isinstance(ndim_or_shape, tuple):
-        return len(ndim_or_shape), f"a tensor of shape {ndim_or_shape}"
-    return ndim_or_shape, f"a tensor with {ndim_or_shape} dimension(s)"
+        return f"a tensor of shape {ndim_or_shape}"
+    return f"a tensor with {ndim_or_shape} dimension(s)"
 
 
 def norm_axis(op: str, axis: Any, ndim_or_shape: Any, name: str = "axis") -> int:
@@ -52,7 +56,7 @@ def norm_axis(op: str, axis: Any, ndim_or_shape: Any, name: str = "axis") -> int
 
     ``ndim_or_shape`` is the rank, or better the shape (then the message shows it).
     """
-    ndim, what = _rank(ndim_or_shape)
+    ndim = _rank(ndim_or_shape)
     try:
         a = operator.index(axis)
     except TypeError:
@@ -61,7 +65,7 @@ def norm_axis(op: str, axis: Any, ndim_or_shape: Any, name: str = "axis") -> int
         raise op_error(
             ShapeError,
             op,
-            f"{name}={axis} is out of range for {what} ({ndim} dimension(s))",
+            f"{name}={axis} is out of range for {_what(ndim_or_shape)} ({ndim} dimension(s))",
             f"use an {name} in [{-ndim}, {ndim - 1}]" if ndim else "0-d tensors have no axes",
         )
     return a % ndim if ndim else 0
@@ -69,7 +73,7 @@ def norm_axis(op: str, axis: Any, ndim_or_shape: Any, name: str = "axis") -> int
 
 def norm_axes(op: str, axis: Any, ndim_or_shape: Any) -> tuple:
     """``None`` -> all axes; int or sequence -> sorted tuple of distinct non-negative axes."""
-    ndim, _ = _rank(ndim_or_shape)
+    ndim = _rank(ndim_or_shape)
     if axis is None:
         return tuple(range(ndim))
     if isinstance(axis, (tuple, list)):

@@ -618,6 +618,16 @@ def _reciprocal(b):
     return divide(1.0, b)
 
 
+def _scale(t, partial):
+    # partials of add/subtract are the literals 1.0 / -1.0: no multiply node for those
+    if type(partial) is float:
+        if partial == 1.0:
+            return t
+        if partial == -1.0:
+            return negative(t)
+    return t * partial
+
+
 def _balanced(a, b, y):
     # JAX's rule for max/min: the winner gets the whole tangent, ties split it evenly
     return where(equal(a, y), where(equal(b, y), 0.5, 1.0), 0.0)
@@ -684,7 +694,7 @@ def _binary_rules(name, partials):
         acc = None
         for t, p in zip(tangents, (pa, pb)):
             if t is not None:
-                term = astype(t, dt) * p(a, b, y)
+                term = _scale(astype(t, dt), p(a, b, y))
                 acc = term if acc is None else acc + term
         if acc is not None:
             acc = astype(acc, dt)
@@ -705,7 +715,7 @@ def _binary_rules(name, partials):
             if type(x) is not Tensor or not _is_float_dtype(x.dtype):
                 res.append(None)
                 continue
-            g = unbroadcast(ct * p(a, b, y), x.shape)
+            g = unbroadcast(_scale(ct, p(a, b, y)), x.shape)
             res.append(astype(g, x.dtype))
         return res
 
@@ -734,11 +744,12 @@ def _select_vjp(params, cts, primals, outs):
     if ct is None:
         return [None, None, None]
     res = [None]
-    for v, branch in ((x, where(c, ct, 0.0)), (y, where(c, 0.0, ct))):
+    for v, first in ((x, True), (y, False)):
         if type(v) is Tensor and _is_float_dtype(v.dtype):
+            branch = where(c, ct, 0.0) if first else where(c, 0.0, ct)
             res.append(astype(unbroadcast(branch, v.shape), v.dtype))
         else:
-            res.append(None)
+            res.append(None)  # a scalar or integer branch has no cotangent: build nothing
     return res
 
 

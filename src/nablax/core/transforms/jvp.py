@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ... import tree as _tree
-from ..graph import end_trace, split_ref
+from ..graph import end_trace, gc_paused, split_ref
 from ..tensor import Tensor
 from .trace import (
     LazyOutputs,
@@ -76,7 +76,7 @@ def jvp(f: Callable, primals, tangents):
             f"nx.jvp: tangents have structure {t_def}, primals have {p_def} ({_fname(f)})"
         )
     paths = [p for p, _ in _tree.leaves_with_path(tuple(primals), prefix="primals")]
-    with open_trace() as trace:
+    with gc_paused(), open_trace() as trace:
         try:
             marked, tmap = [], {}
             for path, p, t in zip(paths, p_leaves, t_leaves):

@@ -18,7 +18,7 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import op_error
-from ..graph import end_trace, split_ref
+from ..graph import end_trace, gc_paused, split_ref
 from ..tensor import Tensor, TensorImpl
 from .trace import (
     GRAD_ROOT,
@@ -222,7 +222,8 @@ class _VJPFunction:
                 )
             seeds.append((out, ct))
         markers = {n for _, nodes, _ in self._per_arg for n in nodes if n is not None}
-        grads = backward_pass(seeds, markers)
+        with gc_paused():
+            grads = backward_pass(seeds, markers)
         return _cotangents(self._per_arg, grads, single=False)
 
 
@@ -248,7 +249,7 @@ def vjp(f: Callable, *primals, has_aux: bool = False):
 
 def _value_and_grad_impl(api, f, argnums, has_aux, args, kwargs):
     nums, single = _norm_argnums(argnums)
-    with open_trace() as trace:
+    with gc_paused(), open_trace() as trace:
         try:
             margs, per_arg = _mark_args(api, f, args, nums, trace, False)
             out = f(*margs, **kwargs)
