@@ -89,6 +89,21 @@ def _operand_impls(primals) -> list[TensorImpl]:
     return [x._impl if isinstance(x, Tensor) else to_impl(x) for x in primals]
 
 
+def _restricted(prim: Primitive, params, primals: list, diff_in: tuple, diff_out: tuple):
+    """``prim``'s lowering as a function of the inputs ``diff_in`` only (the others fixed to
+    ``primals``), returning the outputs ``diff_out``: what jax.vjp / jax.jvp differentiate."""
+
+    def f(*d):
+        full = list(primals)
+        for i, v in zip(diff_in, d):
+            full[i] = v
+        out = prim.lower(params, *full)
+        outs = out if prim.multiple_results else (out,)
+        return tuple(outs[j] for j in diff_out)
+
+    return f
+
+
 def _vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
     key = ("vjp", prim, diff_in, diff_out)
     p = _derived.get(key)
@@ -102,15 +117,7 @@ def _vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
     def lower(params, *xs):
         inner = params[0]
         primals, cts = list(xs[:-n_ct]), xs[-n_ct:]
-
-        def f(*d):
-            full = list(primals)
-            for i, v in zip(diff_in, d):
-                full[i] = v
-            out = prim.lower(inner, *full)
-            outs = out if prim.multiple_results else (out,)
-            return tuple(outs[j] for j in diff_out)
-
+        f = _restricted(prim, inner, primals, diff_in, diff_out)
         _, pull = jax.vjp(f, *[primals[i] for i in diff_in])
         return tuple(pull(tuple(cts)))
 
@@ -134,15 +141,7 @@ def _jvp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
     def lower(params, *xs):
         inner = params[0]
         primals, tans = list(xs[:-n_t]), xs[-n_t:]
-
-        def f(*d):
-            full = list(primals)
-            for i, v in zip(diff_in, d):
-                full[i] = v
-            out = prim.lower(inner, *full)
-            outs = out if prim.multiple_results else (out,)
-            return tuple(outs[j] for j in diff_out)
-
+        f = _restricted(prim, inner, primals, diff_in, diff_out)
         _, t_out = jax.jvp(f, tuple(primals[i] for i in diff_in), tuple(tans))
         return tuple(t_out)
 
