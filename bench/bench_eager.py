@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import platform
 import statistics
 import sys
 import time
@@ -37,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import nablax as nx
+from _common import environment  # bench/ is on sys.path when run as a script
 
 try:  # PyTorch is optional: `pip install -e ".[bench]"`
     import torch
@@ -252,16 +252,6 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def environment() -> str:
-    """One line naming the machine and library versions."""
-    tv = torch.__version__ if torch is not None else "not installed"
-    return (
-        f"python {platform.python_version()}, jax {jax.__version__} "
-        f"({jax.default_backend()}), numpy {np.__version__}, torch {tv}, "
-        f"{platform.machine()}"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run every case and print the table; return 0 (targets missed are reported, not fatal)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -276,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         first = {"small": 5, "large": 3}
 
     t0 = time.perf_counter()
-    print(environment(), flush=True)
+    print(environment(torch), flush=True)
     rows = [case_small(reps)]
     print("case 1 done", flush=True)
     rows.append(case_large(reps))
@@ -293,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(
-                {"environment": environment(), "rows": [asdict(r) for r in rows]}, f, indent=2
+                {"environment": environment(torch), "rows": [asdict(r) for r in rows]}, f, indent=2
             )
         print(f"- results written to {args.out}")
     return 0

@@ -39,7 +39,6 @@ import argparse
 import cProfile
 import io
 import os
-import platform
 import pstats
 import statistics
 import sys
@@ -51,6 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import nablax as nx
+from _common import environment  # bench/ is on sys.path when run as a script
 
 try:  # PyTorch is optional: `pip install -e ".[bench]"`
     import torch
@@ -336,17 +336,6 @@ def _verdict(value: float, target: float, fmt: str) -> str:
     return fmt.format(value=value, target=target) + (" ok" if value <= target else " MISS")
 
 
-def environment() -> str:
-    """One line naming the machine, its current load and the library versions."""
-    tv = torch.__version__ if torch is not None else "not installed"
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (
-        f"python {platform.python_version()}, jax {jax.__version__} "
-        f"({jax.default_backend()}), numpy {np.__version__}, torch {tv}, "
-        f"{platform.machine()}, {os.cpu_count()} cores, load average {load:.1f}"
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the table; return 0 (missed targets are reported, not fatal)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -361,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     if torch is not None:
         torch.set_num_threads(2)
     t_start = time.perf_counter()
-    print(environment(), flush=True)
+    print(environment(torch), flush=True)
     print(
         f"MLP {'-'.join(map(str, SIZES))}, batch {BATCH}, float32, softmax cross-entropy, "
         f"SGD lr={LR}; {steps} timed steps after {warmup} warm-up steps",

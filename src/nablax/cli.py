@@ -47,11 +47,15 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    bench_main = runpy.run_path(str(script), run_name="nablax_bench")["main"]
     bench_args = ["--quick"] if args.quick else []
     if args.out:
         bench_args += ["--out", args.out]
-    return int(bench_main(bench_args) or 0)
+    sys.path.insert(0, str(script.parent))  # as `python bench/...` would: for bench/_common.py
+    try:
+        bench_main = runpy.run_path(str(script), run_name="nablax_bench")["main"]
+        return int(bench_main(bench_args) or 0)
+    finally:
+        sys.path.remove(str(script.parent))
 
 
 def _cmd_not_yet(args: argparse.Namespace) -> int:

@@ -1,0 +1,20 @@
+"""Helpers shared by the benchmark scripts (run as ``python bench/<script>.py``)."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import jax
+import numpy as np
+
+
+def environment(torch_module=None) -> str:
+    """One line naming the machine, its current load and the library versions."""
+    tv = torch_module.__version__ if torch_module is not None else "not installed"
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"python {platform.python_version()}, jax {jax.__version__} "
+        f"({jax.default_backend()}), numpy {np.__version__}, torch {tv}, "
+        f"{platform.machine()}, {os.cpu_count()} cores, load average {load:.1f}"
+    )
