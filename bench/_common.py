@@ -18,3 +18,14 @@ def environment(torch_module=None) -> str:
         f"({jax.default_backend()}), numpy {np.__version__}, torch {tv}, "
         f"{platform.machine()}, {os.cpu_count()} cores, load average {load:.1f}"
     )
+
+
+def fmt(v: float | None) -> str:
+    """A table cell: 3 significant digits, no more decimals than useful, an em dash for None."""
+    if v is None:
+        return "—"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3g}"

@@ -37,6 +37,7 @@ import numpy as np
 
 import nablax as nx
 from _common import environment  # bench/ is on sys.path when run as a script
+from _common import fmt as _fmt
 
 try:  # PyTorch is optional: `pip install -e ".[bench]"`
     import torch
@@ -228,16 +229,6 @@ def case_first(n_iters: int, reps: int) -> Row:
 
 
 # ---- report ----------------------------------------------------------------------------------
-
-
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "—"
-    if v >= 100:
-        return f"{v:.0f}"
-    if v >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3g}"
 
 
 def table(rows: list[Row]) -> str:

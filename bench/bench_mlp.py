@@ -51,6 +51,7 @@ import numpy as np
 
 import nablax as nx
 from _common import environment  # bench/ is on sys.path when run as a script
+from _common import fmt as _fmt
 
 try:  # PyTorch is optional: `pip install -e ".[bench]"`
     import torch
@@ -320,16 +321,6 @@ def profile_nablax(steps: int) -> str:
 
 
 # ---- report ----------------------------------------------------------------------------------
-
-
-def _fmt(v: float | None) -> str:
-    if v is None:
-        return "—"
-    if v >= 100:
-        return f"{v:.0f}"
-    if v >= 1:
-        return f"{v:.2f}"
-    return f"{v:.3g}"
 
 
 def _verdict(value: float, target: float, fmt: str) -> str:
