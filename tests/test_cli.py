@@ -9,7 +9,7 @@ import nablax as nx
 from nablax import cli, demo
 
 
-def test_demo_trains_mlp_and_compiles_once():
+def test_demo_trains_mlp_and_compiles_each_program_once():
     lines: list[str] = []
     r = demo.run(steps=250, print_fn=lines.append)
     assert len(r.losses) == 250
@@ -19,10 +19,10 @@ def test_demo_trains_mlp_and_compiles_once():
     windows = [sum(r.losses[i : i + 25]) for i in range(0, 250, 25)]
     assert all(b < a for a, b in zip(windows, windows[1:])), windows
     assert r.accuracy > 0.9
-    # every step has the same graph structure: at most one compile (two if scalars were to
-    # change), the rest are cache hits
-    assert r.compiles <= 1
-    assert r.compiles + r.hits == 250
+    # every step has the same graph structure, realized as two programs (the loss, then the
+    # asynchronous backward pass and update): two compiles, the rest are cache hits
+    assert r.compiles <= 2
+    assert r.compiles + r.hits == 2 * 250
     text = "\n".join(lines)
     assert "loss" in text and "accuracy" in text and "CacheInfo" in text
 

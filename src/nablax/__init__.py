@@ -140,8 +140,12 @@ __version__ = "0.1.0"
 
 
 def clear_caches() -> None:
-    """Drop every cache nablax keeps (compiled graph structures, ...) and reset their counters."""
+    """Drop every cache nablax keeps (compiled graph structures, recorded backward passes) and
+    reset their counters."""
+    from .core.transforms import plan
+
     _realize_mod.clear_cache()
+    plan.clear_plans()
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

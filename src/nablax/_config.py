@@ -48,6 +48,23 @@ _register(
     "Maximum number of compiled graph structures kept in the realization cache (LRU).",
 )
 _register(
+    "async_rest_min_nodes",
+    16,
+    int,
+    "When a value is read and other live pending work is connected to it (e.g. a training step's "
+    "backward pass and parameter update, when only the loss is read), nablax runs what the value "
+    "needs as one program and, if the rest has at least this many nodes, the rest as a second "
+    "program dispatched asynchronously, so Python builds the next graph while it runs. Smaller "
+    "rests run in the same program as the value. 0 turns the split off.",
+)
+_register(
+    "backward_plans",
+    True,
+    _parse_bool,
+    "Record the backward pass of each forward-graph structure once and replay it on later calls "
+    "(see nablax/core/transforms/plan.py); turn off to run every vjp rule on every call.",
+)
+_register(
     "debug_checks",
     False,
     _parse_bool,

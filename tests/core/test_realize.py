@@ -218,3 +218,66 @@ def test_repr_and_conversions_realize():
     assert bool(x.sum() > 0)
     assert [r.tolist() for r in x + 1] == [[2.0, 3.0], [4.0, 5.0]]
     np.testing.assert_allclose(np.asarray(x * 2), [[2, 4], [6, 8]])
+
+
+# ---- the connected rest as a second, asynchronous program ------------------------------------
+
+
+def _loss_and_rest(x):
+    """A requested value ``h`` and a long live chain that reads it (the "rest")."""
+    v, i = nx.topk(x, 2)  # multi-output node: both outputs cross into the rest
+    h = (v * 2 + 1).sum()
+    rest = x * 3 + i.astype(nx.float32).sum()
+    for _ in range(20):
+        rest = rest + h
+    return h, rest
+
+
+def test_connected_rest_runs_as_a_second_program_with_the_same_values():
+    x = nx.tensor(np.arange(12, dtype=np.float32).reshape(3, 4) % 5)
+    with _config.override(async_rest_min_nodes=8):
+        before = nx.cache_info().realizations
+        h, rest = _loss_and_rest(x)
+        h_split = h.item()
+        assert nx.cache_info().realizations == before + 2  # the value, then the rest
+        assert rest.is_realized  # dispatched with the value's realization, not left pending
+        rest_split = rest.numpy()
+    with _config.override(async_rest_min_nodes=0):
+        before = nx.cache_info().realizations
+        h, rest = _loss_and_rest(x)
+        assert h.item() == h_split
+        assert nx.cache_info().realizations == before + 1  # one program
+        np.testing.assert_array_equal(rest.numpy(), rest_split)
+    xs = np.asarray(x)
+    top = -np.sort(-xs, axis=-1)[:, :2]
+    idx = np.argsort(-xs, axis=-1, kind="stable")[:, :2]
+    h_ref = (top * 2 + 1).sum()
+    assert h_split == h_ref
+    np.testing.assert_allclose(rest_split, xs * 3 + idx.sum() + 20 * h_ref, rtol=1e-6)
+
+
+def test_small_connected_rest_stays_in_the_same_program():
+    with _config.override(async_rest_min_nodes=16):
+        x = nx.ones(3)
+        a = x * 2
+        b = a + 1  # a two-node rest: not worth a second program
+        before = nx.cache_info().realizations
+        assert a.sum().item() == 6.0
+        assert nx.cache_info().realizations == before + 1
+        assert b.is_realized and b.tolist() == [3.0, 3.0, 3.0]
+
+
+def test_split_realization_frees_the_boundary_graph():
+    with _config.override(async_rest_min_nodes=4):
+        x = nx.tensor(np.ones((2, 3), np.float32))
+        mid = x * 2
+        probe = weakref.ref(src_node(mid._impl.src))
+        h = mid.sum()
+        rest = mid
+        for _ in range(6):
+            rest = rest * h
+        del mid
+        h.item()
+        assert rest.is_realized
+        gc.collect()
+        assert probe() is None  # the boundary node was dropped with the graph once both ran

@@ -9,11 +9,19 @@ not recompile either.
 
 Outputs of the program are the requested tensors plus every intermediate in the subgraph whose
 ``TensorImpl`` the user still holds (weakly referenced by its node), so those are never recomputed.
+
+Live pending tensors *connected* to the requested ones (sharing a node or a leaf: the new
+parameters of a training step whose loss is read) are computed in the same realization, so an
+eager step never leaves work behind. When that rest is large (``async_rest_min_nodes``), it runs as
+a second program fed by the first one's boundary values and is not waited for: JAX dispatches it
+asynchronously, so ``loss.item()`` returns as soon as the loss is known and Python builds the next
+step while the backward pass runs. Reading a tensor of the rest waits for it as usual.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import operator
 import threading
 import weakref
@@ -122,8 +130,34 @@ def _realize(roots, requested) -> None:
     seen = _collect(roots, {})
     extra = _connected(seen)
     if extra:
-        _collect(extra, seen)
-    node_pos, key, leaves, consts, out_impls = _structure(seen)
+        n_first = len(seen)
+        both = _collect(extra, dict(seen))
+        min_rest = _config.get("async_rest_min_nodes")
+        if min_rest and len(both) - n_first >= min_rest:
+            # The value first, then the rest, dispatched without waiting (JAX runs it
+            # asynchronously): reading a loss returns before the backward pass and update finish.
+            rest = dict.fromkeys(itertools.islice(both, n_first, None))
+            _run(seen, _boundary(rest, seen))
+            _run(rest, ())
+            return
+        seen = both
+    _run(seen, ())
+
+
+def _boundary(rest: dict, first: dict) -> list:
+    """Nodes of ``first`` that nodes of ``rest`` read (outputs of the first program)."""
+    out = {}
+    for node in rest:
+        for inp in node.inputs:
+            t = type(inp)
+            m = inp if t is Node else inp[0] if t is tuple else None
+            if m is not None and m in first:
+                out[m] = None
+    return list(out)
+
+
+def _run(seen: dict, boundary) -> None:
+    node_pos, key, leaves, consts, out_impls = _structure(seen, boundary)
     entry = _S.cache.get(key)
     if entry is None:
         entry = _S.cache[key] = _Entry()
@@ -251,7 +285,7 @@ def _collect(roots, seen: dict) -> dict:
     return seen
 
 
-def _structure(seen: dict):
+def _structure(seen: dict, boundary=()):
     """Number every value the collected nodes use in topological order (a node is always deeper
     than its pending inputs, so a stable sort by depth is one), and build the structure key plus
     the runtime arguments."""
@@ -319,6 +353,11 @@ def _structure(seen: dict):
                     out_impls.append(impl)
                     out_codes.append(n + j)
         n += nout
+    for node in boundary:  # values a later program reads: stored on the node itself
+        base = node_pos[node]
+        for j in range(len(node.outs)):
+            out_impls.append((node, j))
+            out_codes.append(base + j)
     group_dtypes = tuple(const_groups)
     consts = tuple(np.asarray(const_groups[d], dtype=d) for d in group_dtypes)
     key = (tuple(prog), tuple(leaf_desc), tuple(const_desc), tuple(out_codes), n)
@@ -369,6 +408,13 @@ def _evict() -> None:
 def _store(out_impls, results) -> None:
     multi = []
     for impl, val in zip(out_impls, results):
+        if type(impl) is tuple:  # a boundary value with no tensor
+            node, j = impl
+            if node.values is None:
+                node.values = [None] * len(node.outs)
+            node.values[j] = val
+            multi.append(node)
+            continue
         src = impl.src
         impl.value = val
         if type(src) is Node:

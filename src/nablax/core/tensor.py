@@ -209,6 +209,15 @@ class Tensor:
         """The value as a ``jax.Array`` (realizes)."""
         return self._realized_value()
 
+    def block_until_ready(self) -> Tensor:
+        """Realize this tensor and wait until its value is computed; returns ``self``.
+
+        Programs run asynchronously (reading a value waits only for that value), so timing code
+        should call this, like ``jax.Array.block_until_ready``.
+        """
+        self._realized_value().block_until_ready()
+        return self
+
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (realizes)."""
         return np.asarray(self._realized_value())

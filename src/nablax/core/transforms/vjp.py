@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from ... import _config
 from ... import tree as _tree
 from ...errors import op_error
 from ..graph import end_trace, gc_paused, split_ref
 from ..tensor import Tensor, TensorImpl
+from . import plan as _plan
 from .trace import (
     GRAD_ROOT,
     LEAVES,
@@ -35,11 +37,30 @@ from .trace import (
 )
 
 
-def backward_pass(seeds, markers) -> dict:
+def backward_pass(seeds, markers, trace=None) -> dict:
     """Cotangents of ``markers`` given ``seeds = [(tensor, cotangent), ...]``.
 
     Returns ``{marker_node: cotangent Tensor}`` (markers that receive nothing are absent).
+    ``markers`` is ordered (a dict). With the transform's ``trace``, the pass is recorded as a plan
+    for this forward structure, or replayed from one (see :mod:`.plan`).
     """
+    key = frame = None
+    if trace is not None and _config.get("backward_plans"):
+        roots = [split_ref(t._impl.src)[0] for t, ct in seeds if t._impl.src is not None]
+        key, frame = _plan.signature(collect(roots, markers), markers, seeds, trace)
+        if key is not None:
+            plan = _plan.lookup(key)
+            if _plan.is_plan(plan):
+                return _plan.replay(plan, frame, markers)
+            if plan is not None:
+                key = None  # this structure is known to be unplannable
+    result = _run_rules(seeds, markers)
+    if key is not None:
+        _plan.record(key, frame, markers, result)
+    return result
+
+
+def _run_rules(seeds, markers) -> dict:
     cts: dict = {}
     roots = []
     for t, ct in seeds:
@@ -221,9 +242,9 @@ class _VJPFunction:
                     f"expected {out.shape} (the output's shape)"
                 )
             seeds.append((out, ct))
-        markers = {n for _, nodes, _ in self._per_arg for n in nodes if n is not None}
+        markers = dict.fromkeys(n for _, nodes, _ in self._per_arg for n in nodes if n is not None)
         with gc_paused():
-            grads = backward_pass(seeds, markers)
+            grads = backward_pass(seeds, markers, self._trace)
         return _cotangents(self._per_arg, grads, single=False)
 
 
@@ -272,8 +293,8 @@ def _value_and_grad_impl(api, f, argnums, has_aux, args, kwargs):
                 )
             from ..ops.creation import ones_like
 
-            markers = {n for _, nodes, _ in per_arg for n in nodes if n is not None}
-            grads = backward_pass([(out, ones_like(out))], markers)
+            markers = dict.fromkeys(n for _, nodes, _ in per_arg for n in nodes if n is not None)
+            grads = backward_pass([(out, ones_like(out))], markers, trace)
             g = _cotangents(per_arg, grads, single)
         finally:
             end_trace(trace)
