@@ -135,6 +135,7 @@ from .core.transforms.custom import custom_vjp
 from .core.transforms.jacobian import hessian, jacfwd, jacrev
 from .core.transforms.jvp import jvp
 from .core.transforms.vjp import grad, value_and_grad, vjp
+from .core.transforms.vmap import vmap
 
 __version__ = "0.1.0"
 

@@ -332,6 +332,14 @@ spec(
     FLOATS,
     ["trace_input", "multiply"],
 )
+spec(
+    "vmap_rows",  # nx.vmap over the rows: exercises the batch-axis view primitives
+    lambda x: nx.vmap(lambda r: r * 2.0 + r.sum())(x),
+    lambda x: jax.vmap(lambda r: r * 2.0 + r.sum())(x),
+    cases_of(lambda dt, r: [A(r, (3, 4), dt)], lambda dt, r: [A(r, (2, 5, 3), dt)]),
+    FLOATS,
+    ["incr_batch_dims", "decr_batch_dims", "multiply", "add", "reduce_sum"],
+)
 _scaled_grad = nx.custom_vjp(lambda x: x * 1.0)
 _scaled_grad.defvjp(lambda x: (x * 1.0, None), lambda res, g: (g * 3.0,))
 spec(

@@ -151,13 +151,23 @@ def _record_graph(nodes, recs, where) -> None:
             else:
                 ins.append(_aval_of(inp))
         prim, params = node.prim, node.params
-        key = (params, tuple((s.shape, s.dtype) for s in ins))
+        bds = node.bdims[0] if node.bdims is not None else None
+        key = (params, tuple((s.shape, s.dtype) for s in ins), bds)
         try:
-            claimed = prim.abstract_eval(params, *[(s.shape, s.dtype) for s in ins])
+            if bds is None:
+                claimed = prim.abstract_eval(params, *[(s.shape, s.dtype) for s in ins])
+            else:  # vmap-batched: the rule sees logical shapes; compare physical ones
+                logical = [(s.shape[b:], s.dtype) for s, b in zip(ins, bds)]
+                claimed = [
+                    (node.bdims[1] + tuple(sh), d) for sh, d in prim.abstract_eval(params, *logical)
+                ]
         except Exception as e:  # noqa: BLE001 - reported by the test
             claimed = e
         try:
-            got = jax.eval_shape(functools.partial(prim.lower, params), *ins)
+            if bds is None:
+                got = jax.eval_shape(functools.partial(prim.lower, params), *ins)
+            else:
+                got = jax.eval_shape(functools.partial(prim.batch, params, bds), *ins)
             got = list(got) if prim.multiple_results else [got]
         except Exception as e:  # noqa: BLE001 - reported by the test
             got = e
@@ -174,7 +184,7 @@ def test_abstract_eval_matches_lowering(name):
     recs = _records().get(name)
     assert recs, f"primitive {name!r} is not built by any OpSpec case"
     bad = []
-    for (params, in_avals), (claimed, got, where) in recs.items():
+    for (params, in_avals, _bds), (claimed, got, where) in recs.items():
         if isinstance(claimed, Exception) or isinstance(got, Exception):
             bad.append(f"{where} params={params} in={in_avals}: {claimed!r} / {got!r}")
             continue

@@ -136,6 +136,7 @@ class Node:
         "depth",
         "trace",
         "avals",
+        "bdims",
         "__weakref__",
     )
 
@@ -149,6 +150,8 @@ class Node:
         self.outs: tuple = ()  # weak references to the output TensorImpls
         self.depth = depth
         self.trace = trace  # deepest Trace this node depends on, or None (see Trace)
+        # (batch dims of each input, output batch shape) when an input is vmap-batched, else None
+        self.bdims = None
 
     def __repr__(self) -> str:
         return f"Node({self.prim.name}, params={self.params})"

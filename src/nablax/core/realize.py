@@ -340,7 +340,8 @@ def _structure(seen: dict, boundary=()):
         node_pos[node] = n
         outs = node.outs
         nout = len(outs)
-        prog.append((node.prim, node.params, tuple(codes), n, nout))
+        bd = node.bdims
+        prog.append((node.prim, node.params, tuple(codes), n, nout, bd if bd is None else bd[0]))
         if nout == 1:
             impl = outs[0]()
             if impl is not None and impl.value is None:
@@ -385,8 +386,11 @@ def _compile(key, baked_consts):
         else:
             for slot, g, k in const_plan:
                 env[slot] = consts[g][k]
-        for prim, params, codes, base, nout in prog:
-            r = prim.lower(params, *[env[c] for c in codes])
+        for prim, params, codes, base, nout, bds in prog:
+            if bds is None:
+                r = prim.lower(params, *[env[c] for c in codes])
+            else:  # vmap-batched inputs: the primitive's batching rule lowers it
+                r = prim.rule("batch")(params, bds, *[env[c] for c in codes])
             if prim.multiple_results:
                 env[base : base + nout] = list(r)
             else:

@@ -5,8 +5,9 @@ A ``TensorImpl`` is in one of two states:
 - *pending*: ``src = (node, index)`` names the node output that will produce it, ``value is None``;
 - *realized*: ``value`` is a ``jax.Array`` and ``src is None``.
 
-``shape`` is the *physical* shape; the first ``batch_dims`` axes are vmap batch axes that the user does
-not see (``Tensor.shape`` is the logical shape). ``Tensor`` is a thin facade over an impl, so that
+``shape`` is the *logical* shape, the one the user sees. Under ``nx.vmap`` a tensor also has a
+``batch_shape``: its physical value has shape ``batch_shape + shape``, the leading ``batch_dims``
+axes being the batch axes of the enclosing vmaps, outermost first (see core/transforms/vmap.py). ``Tensor`` is a thin facade over an impl, so that
 ``x[i] = v`` can rebind ``x`` to a new impl while tensors computed from ``x`` earlier keep the old one.
 
 This module also holds the node-building helpers every op uses (:func:`bind`, :func:`to_impl`).
@@ -22,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _config
+from ..errors import op_error
 from . import dtypes
 from .graph import Const, Node, deeper, note_pending, src_node
 
@@ -39,15 +41,19 @@ class TensorImpl:
         ""
     )
 
-    __slots__ = ("src", "value", "shape", "dtype", "batch_dims", "sharding", "__weakref__")
+    __slots__ = ("src", "value", "shape", "dtype", "batch_shape", "sharding", "__weakref__")
 
-    def __init__(self, src, value, shape: tuple, dtype, batch_dims: int = 0) -> None:
+    def __init__(self, src, value, shape: tuple, dtype, batch_shape: tuple = ()) -> None:
         self.src = src
         self.value = value
-        self.shape = shape
+        self.shape = shape  # logical
         self.dtype = dtype
-        self.batch_dims = batch_dims
+        self.batch_shape = batch_shape  # vmap batch axes in front of ``shape`` (physically)
         self.sharding = None
+
+    @property
+    def batch_dims(self) -> int:
+        return len(self.batch_shape)
 
     @property
     def ref(self):
@@ -67,17 +73,23 @@ def impl_from_array(arr: jax.Array) -> TensorImpl:
 
 
 def make_outputs(
-    prim, params: tuple, refs: tuple, depth: int, out_avals, trace=None
+    prim, params: tuple, refs: tuple, depth: int, out_avals, trace=None, bdims=None
 ) -> list[TensorImpl]:
-    """Create the node for one primitive call and one pending impl per output aval."""
+    """Create the node for one primitive call and one pending impl per output aval.
+
+    ``bdims``: ``(input batch dims, output batch shape)`` when an input is vmap-batched."""
     node = Node(prim, params, refs, depth, trace)
     if trace is not None:
         node.avals = tuple(out_avals)
+    bshape = ()
+    if bdims is not None:
+        node.bdims = bdims
+        bshape = bdims[1]
     if prim.multiple_results:
-        impls = [TensorImpl((node, i), None, s, d) for i, (s, d) in enumerate(out_avals)]
+        impls = [TensorImpl((node, i), None, s, d, bshape) for i, (s, d) in enumerate(out_avals)]
     else:
         ((s, d),) = out_avals
-        impls = [TensorImpl(node, None, s, d)]
+        impls = [TensorImpl(node, None, s, d, bshape)]
     node.outs = tuple(_wref(t) for t in impls)
     for wr in node.outs:
         note_pending(wr)
@@ -99,10 +111,14 @@ def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:
     refs = []
     depth = 0
     trace = None
+    batched = False
     for i in inputs:
         if type(i) is Const:
             refs.append(i)
-        elif i.src is None:
+            continue
+        if i.batch_shape:
+            batched = True
+        if i.src is None:
             refs.append(i.value)
         else:
             refs.append(i.src)
@@ -111,7 +127,30 @@ def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:
                 depth = n.depth
             if n.trace is not None:
                 trace = deeper(trace, n.trace)
-    return make_outputs(prim, params, tuple(refs), depth + 1, out_avals, trace)
+    bdims = batch_info(prim.name, inputs) if batched else None
+    return make_outputs(prim, params, tuple(refs), depth + 1, out_avals, trace, bdims)
+
+
+def batch_info(op: str, inputs) -> tuple:
+    """``(batch dims of each input, output batch shape)`` of an op on vmap-batched inputs: batch
+    shapes are aligned at the front (outermost vmap first) and broadcast (size 1 stretches)."""
+    bds = []
+    out: list = []
+    for i in inputs:
+        b = () if type(i) is Const else i.batch_shape
+        bds.append(len(b))
+        for k, d in enumerate(b):
+            if k == len(out):
+                out.append(d)
+            elif out[k] != d and d != 1:
+                if out[k] != 1:
+                    raise op_error(
+                        ValueError,
+                        op,
+                        f"vmap batch axes of sizes {out[k]} and {d} at level {k} do not match",
+                    )
+                out[k] = d
+    return tuple(bds), tuple(out)
 
 
 def bind1(prim, inputs, params: tuple = ()) -> Tensor:
@@ -139,6 +178,17 @@ def to_impl(x: Any, dtype=None) -> TensorImpl:
         dtype = dtypes.canonicalize(a.dtype) if a.dtype != object else None
         x = a
     return impl_from_array(jnp.asarray(x, dtype=dtype))
+
+
+def _batched_read(t, what: str):
+    from ..errors import ConcretizationError
+
+    raise ConcretizationError(
+        f"nx.vmap: cannot {what} a tensor inside a vmapped function: it has a different value "
+        f"for each example (per-example shape {t.shape}, batch {t._impl.batch_shape}). Fix: use "
+        f"nx.where(cond, a, b) to choose per example instead of Python if/while, and read values "
+        f"after nx.vmap returns"
+    )
 
 
 class Tensor:
@@ -173,8 +223,7 @@ class Tensor:
     # ---- attributes -------------------------------------------------------------------------
     @property
     def shape(self) -> tuple:
-        i = self._impl
-        return i.shape if i.batch_dims == 0 else i.shape[i.batch_dims :]
+        return self._impl.shape
 
     @property
     def dtype(self) -> np.dtype:
@@ -199,6 +248,8 @@ class Tensor:
     # ---- realization ------------------------------------------------------------------------
     def _realized_value(self) -> jax.Array:
         impl = self._impl
+        if impl.batch_shape:
+            _batched_read(self, "read the value of")
         if impl.value is None:
             from .realize import realize_impls
 
@@ -262,6 +313,8 @@ class Tensor:
         return int(self.numpy())
 
     def __bool__(self) -> bool:
+        if self._impl.batch_shape:
+            _batched_read(self, "take the truth value (Python if/while/and/or) of")
         if self.size != 1:
             raise ValueError(
                 f"The truth value of a tensor with shape {self.shape} is ambiguous. "
@@ -282,6 +335,11 @@ class Tensor:
             yield Tensor._wrap(impl_from_array(v[i]))
 
     def __repr__(self) -> str:
+        if self._impl.batch_shape:
+            return (
+                f"tensor(<batched by nx.vmap: {self._impl.batch_shape} examples>, "
+                f"shape={self.shape}, dtype={self.dtype})"
+            )
         a = self.numpy()
         body = np.array2string(a, separator=", ", prefix="tensor(")
         return f"tensor({body}, dtype={self.dtype})"

@@ -188,4 +188,8 @@ def derive_from_jax(prim: Primitive) -> Primitive:
 
     prim.vjp = vjp
     prim.jvp = jvp
+    if prim.batch is None:  # derived primitives (vjp[...], jvp[...]) batch through jax.vmap
+        from ._batch import vmap_rule
+
+        prim.batch = vmap_rule(prim)
     return prim

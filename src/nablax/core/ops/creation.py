@@ -171,3 +171,13 @@ def _install_rules() -> None:
 
 
 _install_rules()
+
+
+def _install_batch_rules() -> None:
+    from ._batch import vmap_rule
+
+    for p in (iota_p,):
+        p.batch = vmap_rule(p)
+
+
+_install_batch_rules()

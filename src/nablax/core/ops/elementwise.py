@@ -20,7 +20,7 @@ from .. import dtypes
 from ..dtypes import bool_, promote, promote_scalar
 from ..graph import PENDING, Const, Node, deeper, note_pending
 from ..primitive import primitive
-from ..tensor import Tensor, TensorImpl, to_impl
+from ..tensor import Tensor, TensorImpl, batch_info, to_impl
 from ._util import broadcast_shapes
 
 _wref = weakref.ref
@@ -212,10 +212,15 @@ def _operand(x, op: str) -> TensorImpl:
 
 
 def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:
+    """The node and output of an element-wise op; ``bdims`` as ``Node.bdims`` (None: unbatched)."""
     node = Node(prim, params, inputs, depth, trace)
     if trace is not None:
         node.avals = ((shape, out_dt),)
-    out = TensorImpl(node, None, shape, out_dt, bdims)
+    if bdims is not None:
+        node.bdims = bdims
+        out = TensorImpl(node, None, shape, out_dt, bdims[1])
+    else:
+        out = TensorImpl(node, None, shape, out_dt)
     wr = _wref(out)
     node.outs = (wr,)
     if len(PENDING) < 4096:  # inlined fast path of note_pending
@@ -262,7 +267,9 @@ def _binary(name: str, a, b) -> Tensor:
         n = ref if type(ref) is Node else ref[0]
         depth, trace = n.depth + 1, n.trace
     inputs = (c, ref) if first else (ref, c)
-    return _finish(prim, params, inputs, depth, ti.shape, out_dt, ti.batch_dims, trace)
+    b = ti.batch_shape
+    bdims = None if not b else (((0, len(b)) if first else (len(b), 0)), b)
+    return _finish(prim, params, inputs, depth, ti.shape, out_dt, bdims, trace)
 
 
 def _binary_tt(name, prim, ai: TensorImpl, bi: TensorImpl) -> Tensor:
@@ -286,7 +293,7 @@ def _binary_tt(name, prim, ai: TensorImpl, bi: TensorImpl) -> Tensor:
             depth = n.depth
         if n.trace is not None:
             trace = deeper(trace, n.trace)
-    bdims = max(ai.batch_dims, bi.batch_dims)
+    bdims = batch_info(name, (ai, bi)) if ai.batch_shape or bi.batch_shape else None
     return _finish(prim, params, (ra, rb), depth + 1, shape, out_dt, bdims, trace)
 
 
@@ -300,7 +307,10 @@ def _unary(name: str, x) -> Tensor:
     else:
         n = ref if type(ref) is Node else ref[0]
         depth, trace = n.depth + 1, n.trace
-    return _finish(prim, params, (ref,), depth, xi.shape, out_dt, xi.batch_dims, trace)
+    b = xi.batch_shape
+    return _finish(
+        prim, params, (ref,), depth, xi.shape, out_dt, ((len(b),), b) if b else None, trace
+    )
 
 
 def _make_unary(name):
@@ -347,7 +357,10 @@ def _make_binary(name):
             node = Node(prim, params, (ref, x2), depth, trace)
             if trace is not None:
                 node.avals = ((ti.shape, out_dt),)
-            out = TensorImpl(node, None, ti.shape, out_dt, ti.batch_dims)
+            b = ti.batch_shape
+            if b:
+                node.bdims = ((len(b), 0), b)
+            out = TensorImpl(node, None, ti.shape, out_dt, b)
             wr = _wref(out)
             node.outs = (wr,)
             if len(PENDING) < 4096:

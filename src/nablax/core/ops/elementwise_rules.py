@@ -234,3 +234,13 @@ def _install_rules() -> None:
 
 
 _install_rules()
+
+
+def _install_batch_rules() -> None:
+    from ._batch import elementwise_rule
+
+    for p in (*PRIMS.values(), select, convert, _stop_gradient):
+        p.batch = elementwise_rule(p)
+
+
+_install_batch_rules()

@@ -266,3 +266,27 @@ def _install_rules() -> None:
 
 
 _install_rules()
+
+
+# ---- batching rule (see _batch.py): one more einsum letter per batch axis ---------------------
+
+
+def _einsum_batch(params, bds, *xs):
+    from ._batch import _batch_shape, to_full_batch
+
+    spec, dt = params
+    ins, out = spec.split("->")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec]
+    bshape = _batch_shape(xs, bds)
+    letters = "".join(free[: len(bshape)])
+    terms, args = [], []
+    for term, x, b in zip(ins.split(","), xs, bds):
+        if b:
+            x = to_full_batch(x, b, bshape[:b])  # size-1 batch axes cannot share a letter
+        terms.append(letters[:b] + term)
+        args.append(x.astype(dt))
+    full = ",".join(terms) + "->" + letters + out
+    return jnp.einsum(full, *args, preferred_element_type=dt)
+
+
+einsum_p.batch = _einsum_batch

@@ -168,3 +168,18 @@ def _install_rules() -> None:
 
 
 _install_rules()
+
+
+def _install_batch_rules() -> None:
+    from ._batch import vmap_rule
+
+    for p in (
+        split_p,
+        normal_p,
+        uniform_p,
+        randint_p,
+    ):
+        p.batch = vmap_rule(p)
+
+
+_install_batch_rules()

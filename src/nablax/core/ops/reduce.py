@@ -454,3 +454,41 @@ def _install_rules() -> None:
 
 
 _install_rules()
+
+
+# ---- batching rules (see _batch.py): the axis parameters move past the batch axes ------------
+
+
+def _install_batch_rules() -> None:
+    from ._batch import shift, unary_rule
+
+    for p, fn, out in (
+        (reduce_sum_p, jnp.sum, _sum_dtype),
+        (reduce_prod_p, jnp.prod, _sum_dtype),
+        (reduce_max_p, jnp.max, None),
+        (reduce_min_p, jnp.min, None),
+        (reduce_and_p, jnp.all, None),
+        (reduce_or_p, jnp.any, None),
+    ):
+        p.batch = unary_rule(
+            lambda params, b, x, fn=fn, out=out: fn(x, axis=shift(params[0], b)).astype(
+                out(x.dtype) if out is not None else x.dtype
+            )
+        )
+    for p, fn in ((argmax_p, jnp.argmax), (argmin_p, jnp.argmin)):
+        p.batch = unary_rule(
+            lambda params, b, x, fn=fn: fn(x, axis=params[0] + b).astype(jnp.int32)
+        )
+    cumsum_p.batch = unary_rule(
+        lambda params, b, x: lax.cumsum(
+            x.astype(_sum_dtype(x.dtype)), axis=params[0] + b, reverse=params[1]
+        )
+    )
+    sort_p.batch = unary_rule(lambda params, b, x: jnp.sort(x, axis=params[0] + b, stable=True))
+    argsort_p.batch = unary_rule(
+        lambda params, b, x: jnp.argsort(x, axis=params[0] + b, stable=True).astype(jnp.int32)
+    )
+    top_k_p.batch = unary_rule(lambda params, b, x: _topk_lower(params, x))  # last axis
+
+
+_install_batch_rules()

@@ -571,3 +571,37 @@ def _install_rules() -> None:
 
 
 _install_rules()
+
+
+# ---- batching rules (see _batch.py) ----------------------------------------------------------
+
+
+def _concatenate_batch(params, bds, *xs):
+    from ._batch import _batch_shape, to_full_batch
+
+    bshape = _batch_shape(xs, bds)
+    full = [to_full_batch(x, b, bshape).astype(params[1]) for x, b in zip(xs, bds)]
+    return lax.concatenate(full, params[0] + len(bshape))
+
+
+def _install_batch_rules() -> None:
+    from ._batch import shift, unary_rule
+
+    def lead(b):
+        return tuple(range(b))
+
+    reshape_p.batch = unary_rule(lambda p, b, x: lax.reshape(x, tuple(x.shape[:b]) + p[0]))
+    transpose_p.batch = unary_rule(lambda p, b, x: lax.transpose(x, lead(b) + shift(p[0], b)))
+    broadcast_in_dim_p.batch = unary_rule(
+        lambda p, b, x: lax.broadcast_in_dim(x, tuple(x.shape[:b]) + p[0], lead(b) + shift(p[1], b))
+    )
+    slice_p.batch = unary_rule(
+        lambda p, b, x: lax.slice(x, (0,) * b + p[0], tuple(x.shape[:b]) + p[1], (1,) * b + p[2])
+    )
+    pad_p.batch = unary_rule(lambda p, b, x: _pad_lower((((0, 0),) * b + p[0], p[1]), x))
+    rev_p.batch = unary_rule(lambda p, b, x: lax.rev(x, shift(p[0], b)))
+    split_p.batch = unary_rule(lambda p, b, x: tuple(lax.split(x, p[0], p[1] + b)))
+    concatenate_p.batch = _concatenate_batch
+
+
+_install_batch_rules()

@@ -191,3 +191,13 @@ def _custom_jvp_rule(params, tangents, primals, outs):
 
 custom_vjp_call_p.vjp = _custom_vjp_rule
 custom_vjp_call_p.jvp = _custom_jvp_rule
+
+
+def _install_batch_rules() -> None:
+    from ..ops._batch import vmap_rule
+
+    for p in (custom_vjp_call_p,):
+        p.batch = vmap_rule(p)
+
+
+_install_batch_rules()

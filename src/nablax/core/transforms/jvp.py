@@ -40,7 +40,7 @@ def forward_pass(outputs, tangents: dict) -> list:
         tins = [tan.get(ref_key(inp)) if ref_key(inp) is not None else None for inp in n.inputs]
         if all(t is None for t in tins):
             continue
-        ins = [tensor_of(inp, n, memo) for inp in n.inputs]
+        ins = [tensor_of(inp, n, memo, k) for k, inp in enumerate(n.inputs)]
         touts = n.prim.rule("jvp")(n.params, tins, ins, LazyOutputs(n, memo))
         for j, t in enumerate(touts):
             if t is not None:

@@ -99,7 +99,7 @@ class Frame:
         self.trace = trace
 
 
-def signature(order, markers, seeds, trace):
+def signature(order, markers, seeds, trace, depth: int = 0):
     """``(key, frame)`` of the forward graph ``order`` (collected, topologically sorted) for a
     reverse pass from ``seeds`` to ``markers``; ``(None, None)`` when it cannot be planned."""
     fr = Frame(trace)
@@ -110,7 +110,7 @@ def signature(order, markers, seeds, trace):
         if n.trace is not trace:
             return None, None
         codes = []
-        for inp in n.inputs:
+        for k, inp in enumerate(n.inputs):
             t = type(inp)
             if t is Node or t is tuple:
                 m, j = (inp, 0) if t is Node else inp
@@ -125,7 +125,8 @@ def signature(order, markers, seeds, trace):
                     s = fr.ext_nodes[(m, j)] = len(env)
                     env.append(inp)
                     depths.append(m.depth)
-                    parts.append(("x", input_aval(inp, n, memo), m.values is not None))
+                    bshape = m.bdims[1] if m.bdims is not None else ()
+                    parts.append(("x", input_aval(inp, n, memo, k), bshape, m.values is not None))
                 codes.append(s)
             elif t in SCALAR_TYPES:
                 codes.append(_scalar_code(inp))
@@ -146,7 +147,9 @@ def signature(order, markers, seeds, trace):
         else:
             env.append(n)
         depths.extend([n.depth] * nout)
-        parts.append((n.prim, n.params, tuple(codes), nout, n.values is not None, n in markers))
+        parts.append(
+            (n.prim, n.params, tuple(codes), n.bdims, nout, n.values is not None, n in markers)
+        )
     marker_slots = tuple(pos.get(m, -1) for m in markers)
     seed_codes = []
     for t, ct in seeds:
@@ -176,8 +179,8 @@ def signature(order, markers, seeds, trace):
                 s = fr.ext_ids[id(cref)] = len(env)
                 env.append(cref)
                 depths.append(0)
-        seed_codes.append((b + j, s, cimpl.shape, cimpl.dtype, cimpl.batch_dims))
-    return (tuple(parts), marker_slots, tuple(seed_codes)), fr
+        seed_codes.append((b + j, s, cimpl.shape, cimpl.dtype, cimpl.batch_shape))
+    return (tuple(parts), marker_slots, tuple(seed_codes), depth), fr
 
 
 def lookup(key):
@@ -198,8 +201,8 @@ class Plan:
     __slots__ = ("nodes", "outputs")
 
     def __init__(self, nodes, outputs) -> None:
-        self.nodes = nodes  # (prim, params, codes, int_codes, nout, multi, traced, avals)
-        self.outputs = outputs  # (marker index, slot, shape, dtype, batch_dims)
+        self.nodes = nodes  # (prim, params, codes, int_codes, nout, multi, traced, avals, bdims)
+        self.outputs = outputs  # (marker index, slot, shape, dtype, batch_shape)
 
 
 def record(key, frame: Frame, markers, result: dict) -> None:
@@ -277,6 +280,7 @@ def _record(fr: Frame, markers, result: dict):
                 n.prim.multiple_results,
                 traced,
                 avals,
+                n.bdims,
             )
         )
     outputs = []
@@ -287,7 +291,7 @@ def _record(fr: Frame, markers, result: dict):
         impl = ct._impl
         src = impl.src
         n, j = (src, 0) if type(src) is Node else src
-        outputs.append((i, slot_of[n] + j, impl.shape, impl.dtype, impl.batch_dims))
+        outputs.append((i, slot_of[n] + j, impl.shape, impl.dtype, impl.batch_shape))
     return Plan(tuple(nodes), tuple(outputs))
 
 
@@ -301,12 +305,14 @@ def replay(plan: Plan, frame: Frame, markers) -> dict:
     trace = frame.trace
     dead = _DEAD
     max_depth = 0
-    for prim, params, codes, int_codes, nout, multi, traced, avals in plan.nodes:
+    for prim, params, codes, int_codes, nout, multi, traced, avals, bdims in plan.nodes:
         refs = tuple([env[c] if type(c) is int else c.v for c in codes])
         d = max([depths[c] for c in int_codes], default=0) + 1
         node = Node(prim, params, refs, d, trace if traced else None)
         if traced:
             node.avals = avals
+        if bdims is not None:
+            node.bdims = bdims
         if nout == 1:
             node.outs = (dead,)
             env.append((node, 0) if multi else node)

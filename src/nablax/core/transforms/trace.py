@@ -97,6 +97,7 @@ trace_input_p = primitive(
 )
 trace_input_p.jvp = lambda params, tangents, primals, outs: [tangents[0]]
 trace_input_p.vjp = lambda params, cts, primals, outs: [cts[0]]
+trace_input_p.batch = lambda params, bds, x: x
 
 
 def mark(t: Tensor, trace: Trace) -> Tensor:
@@ -106,7 +107,10 @@ def mark(t: Tensor, trace: Trace) -> Tensor:
     depth = 1 if impl.src is None else _node(impl.src).depth + 1
     node = Node(trace_input_p, (), (ref,), depth, trace)
     node.avals = ((impl.shape, impl.dtype),)
-    out = TensorImpl(node, None, impl.shape, impl.dtype, impl.batch_dims)
+    b = impl.batch_shape
+    if b:
+        node.bdims = ((len(b),), b)
+    out = TensorImpl(node, None, impl.shape, impl.dtype, b)
     node.outs = (weakref.ref(out),)
     note_pending(node.outs[0])
     return Tensor._wrap(out)
@@ -184,13 +188,14 @@ def depends(order, markers) -> set:
 
 def _known_avals(n: Node):
     avals = []
+    nb = len(n.bdims[1]) if n.bdims is not None else 0
     for j, wr in enumerate(n.outs):
         impl = wr()
         if impl is not None:
             avals.append((impl.shape, impl.dtype))
         elif n.values is not None and n.values[j] is not None:
-            v = n.values[j]
-            avals.append((tuple(v.shape), np.dtype(v.dtype)))
+            v = n.values[j]  # physical: drop the batch axes
+            avals.append((tuple(v.shape)[nb:], np.dtype(v.dtype)))
         else:
             return None
     return avals
@@ -218,13 +223,14 @@ def node_avals(node: Node, memo: dict) -> list:
         if missing:
             stack.extend(missing)
             continue
-        in_avals = [input_aval(inp, n, memo) for inp in n.inputs]
+        in_avals = [input_aval(inp, n, memo, k) for k, inp in enumerate(n.inputs)]
         memo[n] = list(n.prim.abstract_eval(n.params, *in_avals))
         stack.pop()
     return memo[node]
 
 
-def input_aval(inp, node: Node, memo: dict):
+def input_aval(inp, node: Node, memo: dict, k: int):
+    """Logical ``(shape, dtype)`` of input ``k`` of ``node``."""
     t = type(inp)
     if t is Const:
         return ((), inp.dtype)
@@ -233,11 +239,12 @@ def input_aval(inp, node: Node, memo: dict):
     r = split_ref(inp)
     if r is not None:
         return node_avals(r[0], memo)[r[1]]
-    return (tuple(inp.shape), np.dtype(inp.dtype))
+    nb = node.bdims[0][k] if node.bdims is not None else 0
+    return (tuple(inp.shape)[nb:], np.dtype(inp.dtype))
 
 
-def tensor_of(inp, node: Node, memo: dict):
-    """The value an input of ``node`` stands for: a Tensor (a node output or a realized array) or
+def tensor_of(inp, node: Node, memo: dict, k: int):
+    """The value input ``k`` of ``node`` stands for: a Tensor (a node output or a realized array) or
     the Python scalar itself (scalars are weakly typed, so rules can use them as they are)."""
     t = type(inp)
     if t in SCALAR_TYPES:
@@ -248,7 +255,11 @@ def tensor_of(inp, node: Node, memo: dict):
         return full((), inp.value, inp.dtype)
     r = split_ref(inp)
     if r is None:
-        return Tensor._wrap(impl_from_array(inp))
+        impl = impl_from_array(inp)
+        nb = node.bdims[0][k] if node.bdims is not None else 0
+        if nb:  # a realized vmap-batched value: split off its batch axes
+            impl.batch_shape, impl.shape = impl.shape[:nb], impl.shape[nb:]
+        return Tensor._wrap(impl)
     return output_tensor(r[0], r[1], memo)
 
 
@@ -260,7 +271,8 @@ def output_tensor(node: Node, j: int, memo: dict) -> Tensor:
     shape, dtype = node_avals(node, memo)[j]
     value = node.values[j] if node.values is not None else None
     ref = node if not node.prim.multiple_results else (node, j)
-    return Tensor._wrap(TensorImpl(ref, value, shape, dtype))
+    bshape = node.bdims[1] if node.bdims is not None else ()
+    return Tensor._wrap(TensorImpl(ref, value, shape, dtype, bshape))
 
 
 class LazyOutputs:

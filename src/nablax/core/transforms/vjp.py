@@ -35,32 +35,34 @@ from .trace import (
     ref_key,
     tensor_of,
 )
+from .vmap import sum_to_batch, vmap_depth
 
 
-def backward_pass(seeds, markers, trace=None) -> dict:
+def backward_pass(seeds, markers, trace=None, depth: int = 0) -> dict:
     """Cotangents of ``markers`` given ``seeds = [(tensor, cotangent), ...]``.
 
     Returns ``{marker_node: cotangent Tensor}`` (markers that receive nothing are absent).
     ``markers`` is ordered (a dict). With the transform's ``trace``, the pass is recorded as a plan
-    for this forward structure, or replayed from one (see :mod:`.plan`).
+    for this forward structure, or replayed from one (see :mod:`.plan`). ``depth``: the number of
+    vmaps enclosing the transform (see :func:`.vmap.sum_to_batch`).
     """
     key = frame = None
     if trace is not None and _config.get("backward_plans"):
         roots = [split_ref(t._impl.src)[0] for t, ct in seeds if t._impl.src is not None]
-        key, frame = _plan.signature(collect(roots, markers), markers, seeds, trace)
+        key, frame = _plan.signature(collect(roots, markers), markers, seeds, trace, depth)
         if key is not None:
             plan = _plan.lookup(key)
             if _plan.is_plan(plan):
                 return _plan.replay(plan, frame, markers)
             if plan is not None:
                 key = None  # this structure is known to be unplannable
-    result = _run_rules(seeds, markers)
+    result = _run_rules(seeds, markers, depth)
     if key is not None:
         _plan.record(key, frame, markers, result)
     return result
 
 
-def _run_rules(seeds, markers) -> dict:
+def _run_rules(seeds, markers, depth: int) -> dict:
     cts: dict = {}
     roots = []
     for t, ct in seeds:
@@ -86,13 +88,15 @@ def _run_rules(seeds, markers) -> dict:
         out_cts = [cts.pop((n, j), None) for j in range(nout)]
         if all(c is None for c in out_cts):
             continue
-        ins = [tensor_of(inp, n, memo) for inp in n.inputs]
+        ins = [tensor_of(inp, n, memo, k) for k, inp in enumerate(n.inputs)]
         in_cts = n.prim.rule("vjp")(n.params, out_cts, ins, LazyOutputs(n, memo))
-        for inp, ct in zip(n.inputs, in_cts):
+        for inp, ct, x in zip(n.inputs, in_cts, ins):
             if ct is None:
                 continue
             key = ref_key(inp)
             if key is not None and key[0] in dep:
+                if ct._impl.batch_shape != x._impl.batch_shape:  # x may be shared by examples
+                    ct = sum_to_batch(ct, x._impl.batch_shape, depth)
                 _accumulate(cts, key, ct)
     return result
 
@@ -222,6 +226,7 @@ class _VJPFunction:
         self._out_treedef = out_treedef
         self._per_arg = per_arg
         self._trace = trace
+        self._depth = vmap_depth()
 
     def __call__(self, cotangent):
         leaves, treedef = _tree.flatten(cotangent)
@@ -244,7 +249,7 @@ class _VJPFunction:
             seeds.append((out, ct))
         markers = dict.fromkeys(n for _, nodes, _ in self._per_arg for n in nodes if n is not None)
         with gc_paused():
-            grads = backward_pass(seeds, markers, self._trace)
+            grads = backward_pass(seeds, markers, self._trace, self._depth)
         return _cotangents(self._per_arg, grads, single=False)
 
 
@@ -294,7 +299,7 @@ def _value_and_grad_impl(api, f, argnums, has_aux, args, kwargs):
             from ..ops.creation import ones_like
 
             markers = dict.fromkeys(n for _, nodes, _ in per_arg for n in nodes if n is not None)
-            grads = backward_pass([(out, ones_like(out))], markers, trace)
+            grads = backward_pass([(out, ones_like(out))], markers, trace, vmap_depth())
             g = _cotangents(per_arg, grads, single)
         finally:
             end_trace(trace)
@@ -397,7 +402,7 @@ def _backward(self: Tensor, gradient=None) -> None:
             "backward: this tensor does not depend on any tensor with requires_grad_() "
             "(or its graph was already freed)"
         )
-    grads = backward_pass([(self, gradient)], markers)
+    grads = backward_pass([(self, gradient)], markers, depth=vmap_depth())
     for node, g in grads.items():
         leaf = LEAVES.by_marker[node]()
         if leaf is not None:
