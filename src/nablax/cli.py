@@ -22,6 +22,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from . import demo
 
     demo.run(steps=args.steps, lr=args.lr, hidden=args.hidden, seed=args.seed)
+    print()
+    demo.run_dp_sgd(hidden=args.hidden, seed=args.seed)
     return 0
 
 

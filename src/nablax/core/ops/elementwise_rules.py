@@ -79,6 +79,12 @@ def _balanced(a, b, y):
     return where(equal(a, y), where(equal(b, y), 0.5, 1.0), 0.0)
 
 
+def _power_base_partial(a, b, y):
+    if type(b) in (int, float):  # a Python exponent (x ** 2): fold the test in Python
+        return 0.0 if b == 0 else b * power(a, b - 1)
+    return where(equal(b, 0), 0.0, b * power(a, b - 1))
+
+
 def _binary_partials():
     return {
         "add": (lambda a, b, y: 1.0, lambda a, b, y: 1.0),
@@ -87,7 +93,7 @@ def _binary_partials():
         "divide": (lambda a, b, y: _reciprocal(b), lambda a, b, y: -y / b),
         "mod": (lambda a, b, y: 1.0, lambda a, b, y: -floor(divide(a, b))),
         "power": (
-            lambda a, b, y: where(equal(b, 0), 0.0, b * power(a, b - 1)),
+            _power_base_partial,
             lambda a, b, y: log(where(equal(a, 0), 1.0, a)) * y,
         ),
         "maximum": (lambda a, b, y: _balanced(a, b, y), lambda a, b, y: _balanced(b, a, y)),

@@ -1,11 +1,10 @@
-"""``nx.jacrev``, ``nx.jacfwd`` and ``nx.hessian``.
+"""``nx.jacrev``, ``nx.jacfwd`` and ``nx.hessian``, built on ``nx.vmap``.
 
-Built from :func:`~.vjp.vjp` (one cotangent basis vector per output element) and
-:func:`~.jvp.jvp` (one tangent basis vector per input element). Results have JAX's layout: for an
-output of shape ``O`` and an input of shape ``I`` the Jacobian has shape ``O + I``; pytree outputs
-and ``argnums`` tuples nest as in JAX (output structure outside, argument structure inside).
-
-Note: the basis vectors are processed in a Python loop; issue #4 (vmap) batches them.
+``jacrev`` pulls back the whole identity basis of each output at once: ``vmap`` of the ``vjp``
+function over the basis vectors. ``jacfwd`` pushes forward the identity basis of each input:
+``vmap`` of ``jvp`` over the basis tangents. Results have JAX's layout: for an output of shape
+``O`` and an input of shape ``I`` the Jacobian has shape ``O + I``; pytree outputs and ``argnums``
+tuples nest as in JAX (output structure outside, argument structure inside).
 """
 
 from __future__ import annotations
@@ -17,26 +16,23 @@ from ... import tree as _tree
 from ..tensor import Tensor
 from .jvp import jvp
 from .vjp import _norm_argnums, _split_aux, vjp
+from .vmap import vmap
 
 
-def _basis(shape, dtype, k: int) -> Tensor:
-    from ..ops.creation import zeros
+def _eye(shape, dtype) -> Tensor:
+    """The identity basis of a tensor of ``shape``: shape ``(size,) + shape``."""
+    from ..ops.creation import eye
 
     size = 1
     for d in shape:
         size *= d
-    flat = zeros((size,), dtype)
-    flat = flat.at[k].set(1.0)
-    return flat.reshape(shape)
+    return eye(size, dtype=dtype).reshape((size,) + tuple(shape))
 
 
-def _stack_rows(rows, out_shape, in_shape) -> Tensor:
-    from ..ops.creation import zeros
-    from ..ops.shape import stack
+def _zeros_like(t):
+    from ..ops.creation import zeros_like
 
-    if not rows:
-        return zeros(tuple(out_shape) + tuple(in_shape))
-    return stack(rows).reshape(tuple(out_shape) + tuple(in_shape))
+    return zeros_like(t)
 
 
 def _restrict(f, args, nums):
@@ -67,34 +63,28 @@ def jacrev(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
         out_leaves, out_def = _tree.flatten(out)
         per_out = []
         for oi, o in enumerate(out_leaves):
-            rows = []  # one tuple of per-argument cotangent pytrees per element of o
-            for k in range(o.size):
+
+            def pull(basis_vector, oi=oi):
                 cts = [
-                    _basis(o.shape, o.dtype, k) if j == oi else _zeros_like(p)
-                    for j, p in enumerate(out_leaves)
+                    basis_vector if j == oi else _zeros_like(p) for j, p in enumerate(out_leaves)
                 ]
-                rows.append(f_vjp(_tree.unflatten(out_def, cts)))
+                return f_vjp(_tree.unflatten(out_def, cts))
+
+            rows = vmap(pull)(_eye(o.shape, o.dtype))  # per argnum: pytree, leading axis o.size
             per_arg = []
             for ai, i in enumerate(nums):
-                arg = args[i]
-                leaves, adef = _tree.flatten(arg)
-                jl = []
-                for li, leaf in enumerate(leaves):
-                    in_shape = getattr(leaf, "shape", ())
-                    col = [_tree.leaves(r[ai])[li] for r in rows]
-                    jl.append(_stack_rows(col, o.shape, in_shape))
+                leaves, adef = _tree.flatten(rows[ai])
+                orig = _tree.leaves(args[i])
+                jl = [
+                    r.reshape(tuple(o.shape) + tuple(getattr(a, "shape", ())))
+                    for r, a in zip(leaves, orig)
+                ]
                 per_arg.append(_tree.unflatten(adef, jl))
             per_out.append(per_arg[0] if single else tuple(per_arg))
         jac = _tree.unflatten(out_def, per_out)
         return (jac, aux) if has_aux else jac
 
     return wrapped
-
-
-def _zeros_like(t):
-    from ..ops.creation import zeros_like
-
-    return zeros_like(t)
 
 
 def jacfwd(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
@@ -107,7 +97,7 @@ def jacfwd(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
 
     @functools.wraps(f)
     def wrapped(*args):
-        from ..ops.shape import stack
+        from ..ops.shape import moveaxis
 
         nums, single = _norm_argnums(argnums)
         diff = [args[i] for i in nums]
@@ -122,32 +112,25 @@ def jacfwd(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
             return out
 
         flat_in, in_def = _tree.flatten(tuple(diff))
-        cols_per_leaf = []  # for each input leaf: list of output tangent pytrees, one per element
-        out_struct = None
+        cols_per_leaf = []  # per input leaf: output tangent pytree with a leading basis axis
         for li, leaf in enumerate(flat_in):
-            cols = []
-            for k in range(leaf.size):
+
+            def push(basis_vector, li=li):
                 tangents = [
-                    _basis(leaf.shape, leaf.dtype, k) if j == li else _zeros_like(x)
-                    for j, x in enumerate(flat_in)
+                    basis_vector if j == li else _zeros_like(x) for j, x in enumerate(flat_in)
                 ]
-                out, t = jvp(g_out, tuple(diff), _tree.unflatten(in_def, tangents))
-                out_struct = out
-                cols.append(t)
-            cols_per_leaf.append(cols)
-        if out_struct is None:
-            out_struct = g_out(*diff)
+                return jvp(g_out, tuple(diff), _tree.unflatten(in_def, tangents))[1]
+
+            cols_per_leaf.append(vmap(push)(_eye(leaf.shape, leaf.dtype)))
+        out_struct = g_out(*diff)
         out_leaves, out_def = _tree.flatten(out_struct)
         per_out = []
         for oi, o in enumerate(out_leaves):
             jl = []
             for li, leaf in enumerate(flat_in):
-                cols = [_tree.leaves(c)[oi] for c in cols_per_leaf[li]]
-                if cols:
-                    j = stack(cols, axis=-1).reshape(tuple(o.shape) + tuple(leaf.shape))
-                else:
-                    j = _stack_rows([], o.shape, leaf.shape)
-                jl.append(j)
+                col = _tree.leaves(cols_per_leaf[li])[oi]  # (leaf.size,) + o.shape
+                j = moveaxis(col, 0, -1) if o.ndim else col
+                jl.append(j.reshape(tuple(o.shape) + tuple(leaf.shape)))
             per_arg = _tree.unflatten(in_def, jl)
             per_out.append(per_arg[0] if single else tuple(per_arg))
         jac = _tree.unflatten(out_def, per_out)

@@ -96,7 +96,8 @@ def _run_rules(seeds, markers, depth: int) -> dict:
             key = ref_key(inp)
             if key is not None and key[0] in dep:
                 if ct._impl.batch_shape != x._impl.batch_shape:  # x may be shared by examples
-                    ct = sum_to_batch(ct, x._impl.batch_shape, depth)
+                    fwd = n.bdims[1] if n.bdims is not None else ()
+                    ct = sum_to_batch(ct, x._impl.batch_shape, fwd, depth)
                 _accumulate(cts, key, ct)
     return result
 

@@ -108,21 +108,30 @@ def pad_levels(t: Tensor, n: int) -> Tensor:
     return t
 
 
-def sum_to_batch(ct: Tensor, bshape: tuple, depth: int) -> Tensor:
-    """The cotangent ``ct`` of a value with batch shape ``bshape``, summed over the batch levels
-    that value is shared across: levels from ``depth`` on (the vmaps opened inside the transform
-    whose backward pass this is) that ``bshape`` lacks or has as size 1. Levels below ``depth``
-    enclose the transform: each example there has its own gradient, so they are kept (this is
-    what makes ``vmap(grad(f))`` per-example and ``grad(vmap(f))`` a sum)."""
+def sum_to_batch(ct: Tensor, bshape: tuple, fwd_bshape: tuple, depth: int) -> Tensor:
+    """The cotangent ``ct`` of an input with batch shape ``bshape`` to a node whose forward
+    output has batch shape ``fwd_bshape``, summed over the levels where the forward op broadcast
+    that input across examples: levels the output has (size > 1) and the input lacks or has as
+    size 1, from ``depth`` on (the vmaps opened inside the transform whose backward pass this
+    is). Levels below ``depth`` enclose the transform, so each example there has its own
+    gradient (``vmap(grad(f))`` is per-example, ``grad(vmap(f))`` a sum); levels only the
+    cotangent has (``vmap`` of a ``vjp`` function, as in ``jacrev``) are kept too."""
     from ..ops.reduce import sum as _sum
 
     cb = ct._impl.batch_shape
     nb = len(cb)
-    drop = [k for k in range(max(depth, len(bshape)), nb)]
-    ones = [k for k in range(depth, min(len(bshape), nb)) if bshape[k] == 1 and cb[k] != 1]
-    if not drop and not ones:
+    summed = [
+        k
+        for k in range(depth, min(nb, len(fwd_bshape)))
+        if fwd_bshape[k] != 1 and cb[k] != 1 and (k >= len(bshape) or bshape[k] == 1)
+    ]
+    if not summed:
         return ct
-    m = min(drop + ones)
+    # levels past the input's own are dropped when nothing after them is kept; otherwise they are
+    # summed to size 1 (the input then broadcasts along them)
+    drop = [k for k in summed if k >= len(bshape) and all(j in summed for j in range(k, nb))]
+    ones = [k for k in summed if k not in drop]
+    m = min(summed)
     for _ in range(nb - m):  # levels m.. become logical axes 0.. (outermost first)
         ct = decr_batch_dims(ct)
     if ones:
