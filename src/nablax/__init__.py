@@ -131,6 +131,7 @@ from .core.ops.shape import (
 )
 from .core.realize import CacheInfo, cache_info, realize
 from .core.tensor import Tensor
+from .core.transforms.compile import compile  # noqa: A004 - the public name is nx.compile
 from .core.transforms.custom import custom_vjp
 from .core.transforms.jacobian import hessian, jacfwd, jacrev
 from .core.transforms.jvp import jvp

@@ -128,6 +128,8 @@ class _Entry:
 
 def _realize(roots, requested) -> None:
     seen = _collect(roots, {})
+    if _tracing_depth and _tracing_check is not None:
+        _tracing_check(seen)
     extra = _connected(seen)
     if extra:
         n_first = len(seen)
@@ -462,14 +464,17 @@ def realize(*tensors) -> None:
     realize_impls([t._impl for t in leaves if isinstance(t, Tensor)])
 
 
-_tracing_depth = 0
+_tracing_depth = 0  # > 0 while nx.compile records a function (transforms/compile.py)
+_tracing_check = None  # set by transforms/compile.py: raises on a placeholder in a program
 
 
 def tracing_guard(what: str) -> None:
     """Raise if ``what`` is used while a whole-graph trace (``nx.compile``) is being recorded."""
     if _tracing_depth:
-        from ..errors import GraphBreakError
+        from ..errors import ConcretizationError
 
-        raise GraphBreakError(
-            f"{what} cannot be used inside nx.compile: pass an explicit key argument instead"
+        raise ConcretizationError(
+            f"{what} cannot be used inside nx.compile: the compiled program would replay the "
+            f"same numbers on every call. Fix: pass an explicit key argument "
+            f"(nx.random.key / nx.random.split) to the compiled function"
         )

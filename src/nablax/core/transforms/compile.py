@@ -1,0 +1,491 @@
+"""``nx.compile``: trace a function once per signature, then call its XLA executable directly.
+
+On a cache miss the function runs once on *placeholder* tensors (pending tensors whose nodes stand
+for the arguments), which records its whole lazy graph; the graph from the placeholders (plus the
+arrays it captured) to the outputs is lowered into one ``jax.jit`` program. On a hit the call goes
+straight from the flattened arguments to that program: no graph building, no structure key, no
+retracing. Non-tensor outputs (ints, strings, ``None``, containers) are recorded at trace time and
+returned as they were.
+
+The cache key is the pytree structure of the arguments, the shape/dtype of every tensor leaf, the
+value of every other leaf, and the static arguments' values. A realization inside the traced
+function (``.item()``, ``print``, a Python ``if`` on a tensor) is a *graph break*: with
+``fullgraph=True`` it raises :class:`~nablax.errors.GraphBreakError` naming the user's line; by
+default that signature falls back to plain eager execution with one warning.
+
+Composition: a call whose tensor arguments are being differentiated or vmapped (inside ``nx.grad``,
+``nx.vmap``, ...) runs the function inline, so the transform sees its ops (``grad(compile(f))``,
+``vmap(compile(f))``); ``compile(grad(f))`` and ``compile(vmap(grad(f)))`` trace the transformed
+function like any other.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import inspect
+import os
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from ... import tree as _tree
+from ...errors import GraphBreakError
+from .. import realize as _realize
+from ..graph import SCALAR_TYPES, Const, Node, src_node, toposort
+from ..primitive import primitive
+from ..tensor import Tensor, TensorImpl
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _placeholder_lower(params, *xs):  # pragma: no cover - never lowered: replaced by arguments
+    raise GraphBreakError("nx.compile: a placeholder argument has no value while tracing")
+
+
+compile_input_p = primitive(
+    "compile_input",
+    lambda params: ((params[0], params[1]),),
+    _placeholder_lower,
+    differentiable=False,
+    doc="An argument of a function being traced by nx.compile (see transforms/compile.py).",
+)
+compile_input_p.batch = lambda params, bds: _placeholder_lower(params)
+
+compile_input_p.jvp = lambda params, tangents, primals, outs: [None]
+compile_input_p.vjp = lambda params, cts, primals, outs: []
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """Counters of one compiled function's cache (``f.cache_info()``)."""
+
+    hits: int
+    misses: int
+    traces: int
+    executables: int
+    evictions: int
+    size: int
+
+
+class _Entry:
+    """One traced signature: its program, captured arrays and how to rebuild the outputs."""
+
+    __slots__ = (
+        "fn",
+        "captured",
+        "out_def",
+        "out_slots",
+        "out_consts",
+        "out_avals",
+        "eager",
+        "fast_key",
+        "single",
+    )
+
+    def __init__(self) -> None:
+        self.eager = False
+        self.fast_key = None
+
+    def wrap(self, outs):
+        """The function's output pytree from the program's results."""
+        if self.single:
+            ((shape, dtype),) = self.out_avals
+            t = object.__new__(Tensor)
+            t._impl = TensorImpl(None, outs[0], shape, dtype)
+            return t
+        vals = list(self.out_consts)
+        for slot, v, (shape, dtype) in zip(self.out_slots, outs, self.out_avals):
+            t = object.__new__(Tensor)
+            t._impl = TensorImpl(None, v, shape, dtype)
+            vals[slot] = t
+        return self.out_def.unflatten(vals)
+
+
+def _user_frame() -> str:
+    """``file:line`` of the innermost frame outside nablax (where the user's code realized)."""
+    for fr in reversed(traceback.extract_stack()):
+        if not os.path.abspath(fr.filename).startswith(_PKG_DIR):
+            return f"{fr.filename}:{fr.lineno} ({fr.line})"
+    return "<unknown>"
+
+
+class _Tracing:
+    """Marks a trace in progress: realizations that need a placeholder raise GraphBreakError."""
+
+    def __enter__(self):
+        _realize._tracing_depth += 1
+        self.epoch = _realize.epoch()
+        return self
+
+    def __exit__(self, *exc):
+        _realize._tracing_depth -= 1
+
+
+def _check_no_placeholder(nodes) -> None:
+    """Called by realization while tracing: a placeholder in the program is a graph break."""
+    for n in nodes:
+        if n.prim is compile_input_p:
+            raise GraphBreakError(
+                f"nx.compile: the traced function needs a concrete value at {_user_frame()}. "
+                f"Fix: keep values lazy inside the function (use nx.where instead of Python if, "
+                f"return tensors instead of calling .item()), or use fullgraph=False to run this "
+                f"signature eagerly"
+            )
+
+
+_realize._tracing_check = _check_no_placeholder
+
+
+class Compiled:
+    """A function compiled with :func:`compile` (callable like the original)."""
+
+    def __init__(self, f, static_argnums, static_argnames, dynamic_dims, fullgraph, max_size):
+        functools.update_wrapper(self, f)
+        self._f = f
+        self._static_nums = tuple(static_argnums)
+        self._static_names = tuple(static_argnames)
+        self._fullgraph = fullgraph
+        self._max = max_size
+        if dynamic_dims:
+            raise NotImplementedError(
+                "nx.compile: dynamic_dims is not implemented yet (nablax graphs carry concrete "
+                "shapes); each new size is traced and compiled once. Remove dynamic_dims for now"
+            )
+        self._cache: collections.OrderedDict = collections.OrderedDict()
+        self._fast: dict = {}  # all-tensor positional signatures -> entry (see __call__)
+        self._hits = self._misses = self._traces = self._evictions = 0
+        try:
+            self._sig = inspect.signature(f)
+        except (TypeError, ValueError):
+            self._sig = None
+
+    # ---- public -------------------------------------------------------------------------------
+    def cache_info(self) -> CacheInfo:
+        execs = sum(1 for e in self._cache.values() if not e.eager)
+        return CacheInfo(
+            self._hits, self._misses, self._traces, execs, self._evictions, len(self._cache)
+        )
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+        self._fast.clear()
+        self._hits = self._misses = self._traces = self._evictions = 0
+
+    def __get__(self, obj, objtype=None):  # methods: bind like a function
+        return self if obj is None else functools.partial(self, obj)
+
+    # ---- calls --------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if not kwargs and not self._static_nums:
+            # Fast path: positional arguments that are all realized, untransformed tensors.
+            key = []
+            vals = []
+            for a in args:
+                if type(a) is not Tensor:
+                    break
+                i = a._impl
+                v = i.value
+                if v is None or i.src is not None or i.batch_shape:
+                    break
+                key.append(i.shape)
+                key.append(i.dtype)
+                vals.append(v)
+            else:
+                entry = self._fast.get(tuple(key))
+                if entry is not None:
+                    self._hits += 1
+                    return entry.wrap(entry.fn(*vals, *entry.captured))
+        dyn_args, statics = self._split(args, kwargs)
+        leaves, treedef = _tree.flatten(dyn_args)
+        key_leaves = []
+        for k, leaf in enumerate(leaves):
+            if isinstance(leaf, Tensor):
+                impl = leaf._impl
+                if impl.batch_shape or (impl.src is not None and src_node(impl.src).trace):
+                    return self._f(*args, **kwargs)  # inside a transform: run inline
+                key_leaves.append(("t", impl.shape, impl.dtype))
+            elif isinstance(leaf, (jax.Array, np.ndarray)):
+                key_leaves.append(("a", tuple(leaf.shape), np.dtype(leaf.dtype)))
+            else:
+                key_leaves.append(("v", type(leaf), _hashable(leaf, f"argument leaf {k}")))
+        key = (treedef, tuple(key_leaves), statics)
+        entry = self._cache.get(key)
+        if entry is None:
+            self._misses += 1
+            entry = self._trace(args, kwargs, leaves, treedef, key)
+            if not kwargs and not self._static_nums and not entry.eager:
+                if all(type(a) is Tensor for a in args) and len(leaves) == len(args):
+                    entry.fast_key = tuple(x for a in args for x in (a.shape, a.dtype))
+                    self._fast[entry.fast_key] = entry
+        else:
+            self._hits += 1
+            self._cache.move_to_end(key)
+        if entry.eager:
+            return self._f(*args, **kwargs)
+        return self._run(entry, leaves)
+
+    def _split(self, args, kwargs):
+        """(dynamic part as a pytree, hashable static part)."""
+        nums = {i % len(args) if args else i for i in self._static_nums}
+        static_pos = tuple((i, _hashable(args[i], f"static argument {i}")) for i in sorted(nums))
+        dyn_pos = tuple(a for i, a in enumerate(args) if i not in nums)
+        static_kw = tuple(
+            sorted(
+                (k, _hashable(v, f"static argument {k!r}"))
+                for k, v in kwargs.items()
+                if k in self._static_names
+            )
+        )
+        dyn_kw = {k: v for k, v in kwargs.items() if k not in self._static_names}
+        return (dyn_pos, dyn_kw), (static_pos, static_kw)
+
+    def _run(self, entry: _Entry, leaves):
+        arrays = [
+            leaf._realized_value() if isinstance(leaf, Tensor) else leaf
+            for leaf in leaves
+            if isinstance(leaf, (Tensor, jax.Array, np.ndarray))
+        ]
+        return entry.wrap(entry.fn(*arrays, *entry.captured))
+
+    def _trace(self, args, kwargs, leaves, treedef, key) -> _Entry:
+        self._traces += 1
+        entry = _Entry()
+        placeholders = []
+        new_leaves = []
+        for leaf in leaves:
+            if isinstance(leaf, (Tensor, jax.Array, np.ndarray)):
+                t = leaf if isinstance(leaf, Tensor) else Tensor(leaf)
+                node = Node(compile_input_p, (t.shape, t.dtype, len(placeholders)), (), 1, None)
+                impl = TensorImpl(node, None, t.shape, t.dtype)
+                node.outs = (_weak(impl),)
+                placeholders.append(node)
+                new_leaves.append(Tensor._wrap(impl))
+            else:
+                new_leaves.append(leaf)
+        dyn_pos, dyn_kw = _tree.unflatten(treedef, new_leaves)
+        call_args, call_kw = self._merge(args, kwargs, dyn_pos, dyn_kw)
+        try:
+            with _Tracing() as tr:
+                out = self._f(*call_args, **call_kw)
+                if _realize.epoch() != tr.epoch:
+                    raise GraphBreakError(
+                        f"nx.compile: {self.__qualname__} realized a value while being traced "
+                        f"(a graph break). Fix: keep values lazy inside the function, or use "
+                        f"fullgraph=False"
+                    )
+        except GraphBreakError as e:
+            if self._fullgraph:
+                raise
+            warnings.warn(
+                f"nx.compile({self.__qualname__}): {e} This call signature runs eagerly from "
+                f"now on.",
+                stacklevel=3,
+            )
+            entry.eager = True
+            self._store(key, entry)
+            return entry
+        finally:  # pending tensors built on placeholders must never join an eager program
+            _forget_traced(placeholders)
+        out_leaves, out_def = _tree.flatten(out)
+        entry.out_def = out_def
+        entry.out_consts = [None if isinstance(o, Tensor) else o for o in out_leaves]
+        entry.out_slots = [k for k, o in enumerate(out_leaves) if isinstance(o, Tensor)]
+        entry.out_avals = [(out_leaves[k].shape, out_leaves[k].dtype) for k in entry.out_slots]
+        entry.single = entry.out_slots == [0] and out_def.num_nodes == 1
+        entry.fn, entry.captured = _lower(
+            [out_leaves[k]._impl for k in entry.out_slots], placeholders
+        )
+        self._store(key, entry)
+        return entry
+
+    def _merge(self, args, kwargs, dyn_pos, dyn_kw):
+        nums = {i % len(args) if args else i for i in self._static_nums}
+        it = iter(dyn_pos)
+        call_args = [args[i] if i in nums else next(it) for i in range(len(args))]
+        call_kw = {k: (kwargs[k] if k in self._static_names else dyn_kw[k]) for k in kwargs}
+        return call_args, call_kw
+
+    def _store(self, key, entry) -> None:
+        self._cache[key] = entry
+        while len(self._cache) > self._max:
+            _, old = self._cache.popitem(last=False)
+            if old.fast_key is not None:
+                self._fast.pop(old.fast_key, None)
+            self._evictions += 1
+
+
+def _forget_traced(placeholders) -> None:
+    """Drop the pending tensors that depend on the trace's placeholders from the pending list, so
+    no later eager realization pulls them into its program (they have no values)."""
+    from ..graph import PENDING, split_ref
+
+    dep = dict.fromkeys(placeholders, True)
+
+    def depends(node) -> bool:
+        stack = [node]
+        while stack:
+            n = stack[-1]
+            if n in dep:
+                stack.pop()
+                continue
+            todo = [
+                m
+                for inp in n.inputs or ()
+                if (r := split_ref(inp)) is not None and (m := r[0]) not in dep and m.values is None
+            ]
+            if todo:
+                stack.extend(todo)
+                continue
+            dep[n] = any(
+                (r := split_ref(inp)) is not None and dep.get(r[0], False) for inp in n.inputs or ()
+            )
+            stack.pop()
+        return dep[node]
+
+    keep = []
+    for wr in PENDING:
+        impl = wr()
+        if impl is None or impl.value is not None:
+            continue
+        if not depends(src_node(impl.src)):
+            keep.append(wr)
+    PENDING[:] = keep
+
+
+def _weak(impl):
+    import weakref
+
+    return weakref.ref(impl)
+
+
+def _hashable(v, what: str):
+    try:
+        hash(v)
+    except TypeError:
+        raise TypeError(
+            f"nx.compile: {what} is a {type(v).__name__}, which is not hashable, so it cannot be "
+            f"part of the cache key. Fix: pass a tuple instead of a list, or make it a tensor"
+        ) from None
+    return v
+
+
+def _lower(out_impls, placeholders):
+    """A jitted ``program(args, captured)`` computing ``out_impls`` from the placeholders and the
+    realized arrays the graph captured; returns ``(program, captured)``."""
+    roots = []
+    direct = []  # outputs that are placeholders or realized values themselves
+    for impl in out_impls:
+        if impl.src is None:
+            direct.append(impl.value)
+        else:
+            roots.append(src_node(impl.src))
+    order = toposort(roots)
+    pos = {n: i for i, n in enumerate(placeholders)}
+    slot: dict = {}
+    captured: list = []
+    cap_ids: dict = {}
+    steps = []
+    for n in order:
+        if n.prim is compile_input_p:
+            continue
+        codes = []
+        for inp in n.inputs:
+            t = type(inp)
+            if t is Node or t is tuple:
+                m, j = (inp, 0) if t is Node else inp
+                if m.prim is compile_input_p:
+                    codes.append(("arg", pos[m]))
+                elif m in slot:
+                    codes.append(("node", m, j))
+                else:  # realized outside the program
+                    codes.append(("cap", _capture(m.values[j], captured, cap_ids)))
+            elif t is Const:
+                codes.append(("lit", np.asarray(inp.value, inp.dtype)))
+            elif t in SCALAR_TYPES:
+                codes.append(("lit", np.asarray(inp, n.params[0])))
+            else:
+                codes.append(("cap", _capture(inp, captured, cap_ids)))
+        slot[n] = True
+        steps.append((n, n.prim, n.params, codes, n.bdims[0] if n.bdims else None))
+    outs = []
+    for impl in out_impls:
+        if impl.src is None:
+            outs.append(("cap", _capture(impl.value, captured, cap_ids)))
+        else:
+            m, j = (impl.src, 0) if type(impl.src) is Node else impl.src
+            outs.append(("arg", pos[m]) if m.prim is compile_input_p else ("node", m, j))
+
+    n_args = len(placeholders)
+
+    def program(*flat):
+        args, caps = flat[:n_args], flat[n_args:]
+        env: dict = {}
+
+        def get(c):
+            kind = c[0]
+            if kind == "arg":
+                return args[c[1]]
+            if kind == "cap":
+                return caps[c[1]]
+            if kind == "lit":
+                return c[1]
+            v = env[c[1]]
+            return v[c[2]] if c[1].prim.multiple_results else v
+
+        for n, prim, params, codes, bds in steps:
+            vals = [get(c) for c in codes]
+            env[n] = prim.lower(params, *vals) if bds is None else prim.batch(params, bds, *vals)
+        return [get(c) for c in outs]
+
+    del direct
+    return jax.jit(program), captured
+
+
+def _capture(arr, captured: list, ids: dict) -> int:
+    k = ids.get(id(arr))
+    if k is None:
+        k = ids[id(arr)] = len(captured)
+        captured.append(arr)
+    return k
+
+
+def compile(
+    f: Callable | None = None,
+    *,
+    static_argnums=(),
+    static_argnames=(),
+    dynamic_dims=None,
+    fullgraph: bool = False,
+    max_cache_size: int = 64,
+) -> Any:
+    """Compile ``f``: trace it once per argument signature, then run its cached XLA executable.
+
+    Usable bare (``@nx.compile``) or with arguments (``@nx.compile(static_argnums=(1,))``).
+
+    >>> import nablax as nx
+    >>> @nx.compile
+    ... def step(w, x):
+    ...     return w - 0.1 * (x @ w), "ok"
+    >>> w, msg = step(nx.ones((2, 2)), nx.ones((2, 2)))
+    >>> msg, w.tolist(), step(w, nx.ones((2, 2)))[1]
+    ('ok', [[0.8, 0.8], [0.8, 0.8]], 'ok')
+    >>> step.cache_info().traces, step.cache_info().hits
+    (1, 1)
+    """
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    if isinstance(static_argnames, str):
+        static_argnames = (static_argnames,)
+
+    def make(fn):
+        return Compiled(
+            fn, static_argnums, static_argnames, dynamic_dims, fullgraph, max_cache_size
+        )
+
+    return make if f is None else make(f)

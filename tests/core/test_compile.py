@@ -1,0 +1,182 @@
+"""``nx.compile``: trace cache counts, static arguments, mixed outputs, graph breaks, LRU eviction
+and the compositions with autodiff and vmap (against JAX)."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import nablax as nx
+
+
+def _x(shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def test_hits_skip_tracing_and_match_eager():
+    calls = []
+
+    @nx.compile
+    def f(w, x):
+        calls.append(1)
+        return nx.tanh(x @ w).sum(axis=0) * 2.0
+
+    w, x = _x((3, 4)), _x((5, 3), 1)
+    for k in range(4):
+        got = f(nx.tensor(w), nx.tensor(x + k))
+        want = np.tanh((x + k) @ w).sum(axis=0) * 2.0
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-6)
+        assert got.is_realized
+    assert len(calls) == 1  # traced once: hits never run the Python function
+    info = f.cache_info()
+    assert (info.hits, info.misses, info.traces, info.executables, info.size) == (3, 1, 1, 1, 1)
+    f(nx.tensor(_x((3, 2))), nx.tensor(x))  # a new shape is a new signature
+    assert f.cache_info().traces == 2 and len(calls) == 2
+    f.clear_cache()
+    assert f.cache_info() == type(f.cache_info())(0, 0, 0, 0, 0, 0)
+
+
+def test_mixed_outputs_and_pytrees_come_back_whole():
+    @nx.compile
+    def f(p, n):
+        return {"y": p["w"] * n, "meta": ("tag", 3, None), "list": [p["b"] + 1, 2.5]}
+
+    p = {"w": nx.tensor([1.0, 2.0]), "b": nx.tensor(0.5)}
+    for _ in range(2):
+        out = f(p, nx.tensor(3.0))
+        assert out["meta"] == ("tag", 3, None) and out["list"][1] == 2.5
+        assert out["y"].tolist() == [3.0, 6.0] and out["list"][0].item() == 1.5
+    assert f.cache_info().hits == 1
+
+
+def test_static_arguments_are_part_of_the_key():
+    f = nx.compile(
+        lambda x, n, *, mode: x * n if mode == "mul" else x + n,
+        static_argnums=1,
+        static_argnames="mode",
+    )
+    x = nx.tensor([1.0, 2.0])
+    assert f(x, 3, mode="mul").tolist() == [3.0, 6.0]
+    assert f(x, 3, mode="add").tolist() == [4.0, 5.0]
+    assert f(x, 3, mode="mul").tolist() == [3.0, 6.0]
+    assert f.cache_info().traces == 2 and f.cache_info().hits == 1
+    with pytest.raises(TypeError, match="static argument 1 is a list.*not hashable"):
+        f(x, [3], mode="mul")
+    # non-tensor, non-static leaves are keyed by value
+    g = nx.compile(lambda x, k: x * k)
+    assert g(x, 2).tolist() == [2.0, 4.0] and g(x, 3).tolist() == [3.0, 6.0]
+    assert g.cache_info().traces == 2
+
+
+def test_lru_eviction_at_max_cache_size():
+    f = nx.compile(lambda x: x + 1, max_cache_size=2)
+    for n in (1, 2, 3, 1):
+        f(nx.ones(n))
+    info = f.cache_info()
+    assert info.size == 2 and info.evictions == 2 and info.traces == 4
+
+
+def _breaks(x):
+    if x.sum() > 0:  # a Python if on a traced value: a graph break
+        return x * 2
+    return -x
+
+
+def test_fullgraph_true_raises_graph_break_naming_the_line():
+    f = nx.compile(_breaks, fullgraph=True)
+    with pytest.raises(nx.errors.GraphBreakError, match=r"test_compile.py:\d+ \(if x.sum\(\) > 0"):
+        f(nx.ones(3))
+
+
+def test_fullgraph_false_falls_back_to_eager_with_one_warning():
+    f = nx.compile(_breaks)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert f(nx.ones(3)).tolist() == [2.0, 2.0, 2.0]
+        assert f(-nx.ones(3)).tolist() == [1.0, 1.0, 1.0]
+    assert len(caught) == 1 and "runs eagerly" in str(caught[0].message)
+    assert f.cache_info().executables == 0
+    # nothing traced on the placeholders is left pending for later eager programs
+    assert (nx.ones(2) * 3).sum().item() == 6.0
+
+
+def test_global_random_key_inside_compile_is_an_error():
+    f = nx.compile(lambda x: x + nx.random.normal(shape=(3,)))
+    with pytest.raises(nx.errors.ConcretizationError, match="explicit key"):
+        f(nx.ones(3))
+    g = nx.compile(lambda x, k: x + nx.random.normal(k, (3,)))
+    k = nx.random.key(1)
+    np.testing.assert_array_equal(
+        g(nx.zeros(3), k).numpy(), np.asarray(jax.random.normal(jax.random.PRNGKey(1), (3,)))
+    )
+
+
+def test_dynamic_dims_is_not_implemented_yet():
+    with pytest.raises(NotImplementedError, match="dynamic_dims"):
+        nx.compile(lambda x: x, dynamic_dims={0: {0: "batch"}})
+
+
+# ---- compositions -------------------------------------------------------------------------------
+
+
+def _loss_nx(w, x):
+    return (nx.sin(x @ w) ** 2).mean()
+
+
+def _loss_j(w, x):
+    return (jnp.sin(x @ w) ** 2).mean()
+
+
+def test_compile_of_grad_and_grad_of_compile_match_jax():
+    w, x = _x((3, 2)), _x((4, 3), 1)
+    want = jax.grad(_loss_j)(w, x)
+    g = nx.compile(nx.grad(_loss_nx))
+    for _ in range(2):
+        np.testing.assert_allclose(g(nx.tensor(w), nx.tensor(x)).numpy(), want, rtol=1e-5)
+    assert g.cache_info().hits == 1
+    c = nx.compile(_loss_nx)
+    np.testing.assert_allclose(
+        nx.grad(c)(nx.tensor(w), nx.tensor(x)).numpy(), want, rtol=1e-5, atol=1e-7
+    )
+
+
+def test_compile_of_vmap_of_grad_and_vmap_of_compile_match_jax():
+    w, xs = _x((3, 2)), _x((5, 4, 3), 1)
+    want = jax.vmap(jax.grad(_loss_j), in_axes=(None, 0))(w, xs)
+    h = nx.compile(nx.vmap(nx.grad(_loss_nx), in_axes=(None, 0)))
+    for _ in range(2):
+        np.testing.assert_allclose(
+            h(nx.tensor(w), nx.tensor(xs)).numpy(), want, rtol=1e-5, atol=1e-7
+        )
+    c = nx.compile(_loss_nx)
+    np.testing.assert_allclose(
+        nx.vmap(c, in_axes=(None, 0))(nx.tensor(w), nx.tensor(xs)).numpy(),
+        jax.vmap(_loss_j, in_axes=(None, 0))(w, xs),
+        rtol=1e-5,
+    )
+
+
+def test_compiled_training_step_matches_jax():
+    w, x = _x((3, 2)), _x((4, 3), 1)
+
+    @nx.compile
+    def step(w, x):
+        loss, g = nx.value_and_grad(_loss_nx)(w, x)
+        return w - 0.1 * g, loss
+
+    @jax.jit
+    def step_j(w, x):
+        loss, g = jax.value_and_grad(_loss_j)(w, x)
+        return w - 0.1 * g, loss
+
+    wn, wj = nx.tensor(w), w
+    for _ in range(5):
+        wn, ln = step(wn, nx.tensor(x))
+        wj, lj = step_j(wj, x)
+        np.testing.assert_allclose(ln.item(), float(lj), rtol=1e-5)
+    np.testing.assert_allclose(wn.numpy(), wj, rtol=1e-5, atol=1e-6)
+    assert step.cache_info().traces == 1
