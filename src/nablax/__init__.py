@@ -130,6 +130,7 @@ from .core.ops.shape import (
     unsqueeze,
 )
 from .core.realize import CacheInfo, cache_info, realize
+from .core.sharding import DeviceMesh, DimSpec, ShardingSpec, devices, shard_map
 from .core.tensor import Tensor
 from .core.transforms.compile import compile  # noqa: A004 - the public name is nx.compile
 from .core.transforms.custom import custom_vjp

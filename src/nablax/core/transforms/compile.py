@@ -38,7 +38,7 @@ from ... import tree as _tree
 from ...errors import GraphBreakError
 from .. import realize as _realize
 from ..graph import SCALAR_TYPES, Const, Node, src_node, toposort
-from ..primitive import primitive
+from ..primitive import Primitive
 from ..tensor import Tensor, TensorImpl
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -48,17 +48,16 @@ def _placeholder_lower(params, *xs):  # pragma: no cover - never lowered: replac
     raise GraphBreakError("nx.compile: a placeholder argument has no value while tracing")
 
 
-compile_input_p = primitive(
+# Not an operation, so not in the registry: a placeholder node stands for an argument of the
+# traced program. It is never lowered (the program reads its arguments instead) and transforms
+# see it as an untraced input, so it needs no derivative or batching rule.
+compile_input_p = Primitive(
     "compile_input",
     lambda params: ((params[0], params[1]),),
     _placeholder_lower,
     differentiable=False,
     doc="An argument of a function being traced by nx.compile (see transforms/compile.py).",
 )
-compile_input_p.batch = lambda params, bds: _placeholder_lower(params)
-
-compile_input_p.jvp = lambda params, tangents, primals, outs: [None]
-compile_input_p.vjp = lambda params, cts, primals, outs: []
 
 
 @dataclass(frozen=True)
@@ -261,24 +260,15 @@ class Compiled:
         for leaf in leaves:
             if isinstance(leaf, (Tensor, jax.Array, np.ndarray)):
                 t = leaf if isinstance(leaf, Tensor) else Tensor(leaf)
-                node = Node(compile_input_p, (t.shape, t.dtype, len(placeholders)), (), 1, None)
-                impl = TensorImpl(node, None, t.shape, t.dtype)
-                node.outs = (_weak(impl),)
+                node, ph = _make_placeholder(t, len(placeholders))
                 placeholders.append(node)
-                new_leaves.append(Tensor._wrap(impl))
+                new_leaves.append(ph)
             else:
                 new_leaves.append(leaf)
         dyn_pos, dyn_kw = _tree.unflatten(treedef, new_leaves)
         call_args, call_kw = self._merge(args, kwargs, dyn_pos, dyn_kw)
         try:
-            with _Tracing() as tr:
-                out = self._f(*call_args, **call_kw)
-                if _realize.epoch() != tr.epoch:
-                    raise GraphBreakError(
-                        f"nx.compile: {self.__qualname__} realized a value while being traced "
-                        f"(a graph break). Fix: keep values lazy inside the function, or use "
-                        f"fullgraph=False"
-                    )
+            out = trace_graph(lambda *a: self._f(*a, **call_kw), call_args, placeholders)
         except GraphBreakError as e:
             if self._fullgraph:
                 raise
@@ -290,17 +280,16 @@ class Compiled:
             entry.eager = True
             self._store(key, entry)
             return entry
-        finally:  # pending tensors built on placeholders must never join an eager program
-            _forget_traced(placeholders)
         out_leaves, out_def = _tree.flatten(out)
         entry.out_def = out_def
         entry.out_consts = [None if isinstance(o, Tensor) else o for o in out_leaves]
         entry.out_slots = [k for k, o in enumerate(out_leaves) if isinstance(o, Tensor)]
         entry.out_avals = [(out_leaves[k].shape, out_leaves[k].dtype) for k in entry.out_slots]
         entry.single = entry.out_slots == [0] and out_def.num_nodes == 1
-        entry.fn, entry.captured = _lower(
+        program, entry.captured = _lower(
             [out_leaves[k]._impl for k in entry.out_slots], placeholders
         )
+        entry.fn = jax.jit(program)
         self._store(key, entry)
         return entry
 
@@ -358,10 +347,31 @@ def _forget_traced(placeholders) -> None:
     PENDING[:] = keep
 
 
-def _weak(impl):
+def _make_placeholder(t: Tensor, k: int):
+    """``(node, tensor)``: a pending tensor standing for argument ``k`` (shape/dtype of ``t``)."""
     import weakref
 
-    return weakref.ref(impl)
+    node = Node(compile_input_p, (t.shape, t.dtype, k), (), 1, None)
+    impl = TensorImpl(node, None, t.shape, t.dtype)
+    node.outs = (weakref.ref(impl),)
+    return node, Tensor._wrap(impl)
+
+
+def trace_graph(f, args, placeholders):
+    """Run ``f(*args)`` on placeholder tensors as a whole-graph trace (realizations needing a
+    placeholder raise GraphBreakError); pending tensors built on them are forgotten after."""
+    try:
+        with _Tracing() as tr:
+            out = f(*args)
+            if _realize.epoch() != tr.epoch:
+                raise GraphBreakError(
+                    f"nx.compile: {getattr(f, '__qualname__', f)} realized a value while being "
+                    f"traced (a graph break). Fix: keep values lazy inside the function, or use "
+                    f"fullgraph=False"
+                )
+        return out
+    finally:  # pending tensors built on placeholders must never join an eager program
+        _forget_traced(placeholders)
 
 
 def _hashable(v, what: str):
@@ -376,7 +386,7 @@ def _hashable(v, what: str):
 
 
 def _lower(out_impls, placeholders):
-    """A jitted ``program(args, captured)`` computing ``out_impls`` from the placeholders and the
+    """``program(*args, *captured)`` (to be jitted) computing ``out_impls`` from the placeholders and the
     realized arrays the graph captured; returns ``(program, captured)``."""
     roots = []
     direct = []  # outputs that are placeholders or realized values themselves
@@ -444,7 +454,7 @@ def _lower(out_impls, placeholders):
         return [get(c) for c in outs]
 
     del direct
-    return jax.jit(program), captured
+    return program, captured
 
 
 def _capture(arr, captured: list, ids: dict) -> int:
@@ -471,10 +481,10 @@ def compile(
     >>> import nablax as nx
     >>> @nx.compile
     ... def step(w, x):
-    ...     return w - 0.1 * (x @ w), "ok"
+    ...     return w - 0.5 * (x @ w), "ok"
     >>> w, msg = step(nx.ones((2, 2)), nx.ones((2, 2)))
     >>> msg, w.tolist(), step(w, nx.ones((2, 2)))[1]
-    ('ok', [[0.8, 0.8], [0.8, 0.8]], 'ok')
+    ('ok', [[0.0, 0.0], [0.0, 0.0]], 'ok')
     >>> step.cache_info().traces, step.cache_info().hits
     (1, 1)
     """
