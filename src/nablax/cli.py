@@ -24,6 +24,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     demo.run(steps=args.steps, lr=args.lr, hidden=args.hidden, seed=args.seed)
     print()
     demo.run_dp_sgd(hidden=args.hidden, seed=args.seed)
+    print()
+    demo.run_compiled(steps=args.steps, lr=args.lr, hidden=args.hidden, seed=args.seed)
+    print()
+    demo.run_sharded(seed=args.seed)
     return 0
 
 
