@@ -37,3 +37,74 @@ def test_one_device_mesh_shard_and_shard_map():
     assert f(xs).tolist() == [24.0, 32.0]
     with pytest.raises(ValueError, match="rank"):
         x.shard(mesh, [nx.DimSpec(["dp"])])
+
+
+# ---- the sharding rules, generated from the registry and the op table ----------------------------
+
+try:
+    from . import op_specs as S
+except ImportError:  # tests/ is not a package: pytest put this directory on sys.path
+    import op_specs as S
+
+from nablax.core.primitive import REGISTRY  # noqa: E402
+from nablax.core.sharding import infer_plan  # noqa: E402
+from nablax.core.transforms.compile import _make_placeholder, trace_graph  # noqa: E402
+
+
+def test_every_primitive_has_a_sharding_rule():
+    missing = sorted(n for n, p in REGISTRY.items() if p.shard is None)
+    assert not missing, f"primitives without a shard rule: {missing}"
+
+
+def _plan_of(fn, arrays, layouts, mesh):
+    made = [_make_placeholder(nx.tensor(a), k) for k, a in enumerate(arrays)]
+    nodes = [n for n, _ in made]
+    out = trace_graph(fn, [t for _, t in made], nodes)
+    outs = S.outputs(out)
+    return outs, infer_plan([o._impl for o in outs], nodes, layouts, mesh)
+
+
+@pytest.mark.parametrize("spec", [s for s in S.SPECS if s.lazy], ids=lambda s: s.name)
+def test_rules_give_valid_layouts_for_every_op(spec):
+    """Every op of the table, its array arguments split along dimension 0: each output gets a
+    layout of its rank that names only mesh axes, each at most once."""
+    mesh = nx.DeviceMesh((1,), ("dp",))
+    case = spec.cases(spec.dtypes[0])[0]
+    slots = [k for k, a in enumerate(case.args) if isinstance(a, np.ndarray)]
+    if not slots:
+        pytest.skip("no array argument")
+
+    def fn(*ts):
+        args = list(S.to_nx(case.args))
+        for k, t in zip(slots, ts):
+            args[k] = t
+        return spec.fn(*args, **S.to_nx(case.kwargs))
+
+    arrays = [case.args[k] for k in slots]
+    layouts = [(("dp",),) + ((),) * (a.ndim - 1) if a.ndim else () for a in arrays]
+    outs, plan = _plan_of(fn, arrays, layouts, mesh)
+    for o, lay in zip(outs, plan):
+        assert len(lay) == o.ndim, (spec.name, lay, o.shape)
+        named = [a for axes in lay for a in axes]
+        assert set(named) <= {"dp"} and len(named) == len(set(named)), lay
+
+
+def test_inferred_plans_follow_the_rules():
+    mesh = nx.DeviceMesh((1, 1), ("dp", "tp"))
+    a, b = np.ones((4, 6), np.float32), np.ones((6, 8), np.float32)
+    row, col = (("dp",), ()), ((), ("tp",))
+    cases = [
+        (lambda x, y: x @ y, [row, col], [(("dp",), ("tp",))]),  # matmul: rows x columns
+        (lambda x, y: x @ y, [((), ("tp",)), (("tp",), ())], [((), ())]),  # contracted: summed
+        (lambda x, y: (nx.exp(x) * 2).T, [row, col], [((), ("dp",))]),  # transpose
+        (lambda x, y: x.sum(axis=1), [row, col], [(("dp",),)]),  # reduction drops the dim
+        (lambda x, y: x.sum(axis=0), [row, col], [((),)]),
+        (lambda x, y: x + x[0], [row, col], [(("dp",), ())]),  # broadcasting
+        (lambda x, y: x.reshape(4, 3, 2), [row, col], [(("dp",), (), ())]),  # prefix kept
+        (lambda x, y: nx.concatenate([x, x], axis=0), [row, col], [((), ())]),
+        (lambda x, y: nx.sort(x, axis=0), [row, col], [((), ())]),
+        (lambda x, y: x[:, 1:], [row, col], [(("dp",), ())]),  # sliced dim replicated
+    ]
+    for fn, lays, want in cases:
+        _, plan = _plan_of(fn, [a, b], lays, mesh)
+        assert plan == want, (lays, plan, want)

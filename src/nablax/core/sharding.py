@@ -8,9 +8,10 @@ empty: replicated along that dimension). ``x.shard(mesh, dim_specs)`` places a t
 ``nx.shard_map(f, mesh, in_specs, out_specs)`` has global-view semantics: ``f`` is written for
 unsharded tensors; it is traced once per signature like ``nx.compile`` (transforms/compile.py) and
 the traced program is compiled by XLA's SPMD partitioner with the inputs' shardings
-(``jax.jit`` with ``NamedSharding`` in/out shardings), so its results equal ``f``'s. Output
-shardings are what the partitioner chose (shown by ``.sharding``) unless ``out_specs`` fixes
-them.
+(``jax.jit`` with ``NamedSharding`` in/out shardings), so its results equal ``f``'s. The output
+shardings (the *sharding plan*, shown by ``.sharding``) are inferred by propagating the inputs'
+layouts through the traced graph with each primitive's sharding rule (core/ops/_shard.py), unless
+``out_specs`` fixes them; XLA is asked to produce exactly that plan.
 
 Multi-host: the same code runs on several machines after ``jax.distributed.initialize()`` on
 each (one process per host); ``nx.devices()`` then lists every device of the cluster and a mesh
@@ -34,6 +35,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from .. import tree as _tree
+from .graph import Node, src_node
 from .tensor import Tensor, impl_from_array
 
 
@@ -170,6 +172,46 @@ def _shard(self: Tensor, mesh: DeviceMesh, dim_specs) -> Tensor:
 Tensor.shard = _shard
 
 
+def infer_plan(out_impls, placeholders, in_layouts, mesh: DeviceMesh) -> list:
+    """The layout of each output, propagated from the placeholders' layouts through the traced
+    graph with every primitive's sharding rule (core/ops/_shard.py)."""
+    from .graph import split_ref, toposort
+    from .ops._shard import fit
+    from .transforms.compile import compile_input_p
+    from .transforms.trace import input_aval, node_avals
+
+    sizes = dict(zip(mesh.axis_names, mesh.shape))
+    roots = [src_node(i.src) for i in out_impls if i.src is not None]
+    lay: dict = {}
+    memo: dict = {}
+    for n in toposort(roots):
+        if n.prim is compile_input_p:
+            lay[(n, 0)] = in_layouts[n.params[2]]
+            continue
+        outs = node_avals(n, memo)
+        if n.bdims is not None:  # vmap batch axes: not part of the logical plan
+            for j, (shape, _) in enumerate(outs):
+                lay[(n, j)] = ((),) * len(shape)
+            continue
+        ins, avals = [], []
+        for k, inp in enumerate(n.inputs):
+            aval = input_aval(inp, n, memo, k)
+            r = split_ref(inp)
+            ins.append(lay.get(r, ((),) * len(aval[0])) if r is not None else ((),) * len(aval[0]))
+            avals.append(aval)
+        proposed = n.prim.rule("shard")(n.params, ins, avals, outs)
+        for j, ((shape, _), p) in enumerate(zip(outs, proposed)):
+            lay[(n, j)] = fit(p, shape, sizes)
+    out = []
+    for impl in out_impls:
+        if impl.src is None:
+            out.append(((),) * len(impl.shape))
+        else:
+            m, j = (impl.src, 0) if type(impl.src) is Node else impl.src
+            out.append(lay[(m, j)])
+    return out
+
+
 def _spec_for(specs, k: int):
     if specs is None:
         return None
@@ -182,8 +224,8 @@ def shard_map(f: Callable, mesh: DeviceMesh, in_specs=None, out_specs=None) -> C
     """Run ``f`` (written for whole tensors) partitioned over ``mesh``; results equal ``f``'s.
 
     ``in_specs``: ``{position: ShardingSpec or None}`` or a tuple (``None``: replicated, or keep
-    the tensor's own ``.sharding``); ``out_specs``: one spec for a single output or a pytree of
-    specs (``None``: the partitioner's choice, shown by ``.sharding``).
+    the tensor's own ``.sharding``); ``out_specs``: one spec for every output or a pytree of
+    specs (``None``: the plan nablax infers with the primitives' sharding rules).
     """
     from .transforms.compile import _lower, _make_placeholder, trace_graph
 
@@ -208,29 +250,39 @@ def shard_map(f: Callable, mesh: DeviceMesh, in_specs=None, out_specs=None) -> C
             placeholders, ph_args = zip(*[_make_placeholder(a, k) for k, a in enumerate(args)])
             out = trace_graph(f, ph_args, list(placeholders))
             leaves, out_def = _tree.flatten(out)
-            program, captured = _lower([t._impl for t in leaves], list(placeholders))
+            impls = [t._impl for t in leaves]
+            program, captured = _lower(impls, list(placeholders))
             replicated = NamedSharding(mesh.jax_mesh, PartitionSpec())
             in_sh = [s.named() if s is not None else replicated for s in specs]
             in_sh += [replicated] * len(captured)
-            out_sh = None
-            if out_specs is not None:
-                flat = out_specs if isinstance(out_specs, ShardingSpec) else None
-                if flat is not None:
-                    out_sh = [flat.named()] * len(leaves)
-                else:
-                    out_sh = [
-                        s.named() if s is not None else replicated
-                        for s in _tree.leaves(out_specs, is_leaf=lambda s: s is None)
-                    ]
-            fn = jax.jit(program, in_shardings=in_sh, out_shardings=out_sh)
-            entry = cache[key] = (fn, captured, out_def, [t.ndim for t in leaves])
-        fn, captured, out_def, ndims = entry
+            if out_specs is None:  # the plan nablax infers (every primitive's sharding rule)
+                layouts = [
+                    tuple(d.axes for d in s.dims) if s is not None else ((),) * a.ndim
+                    for s, a in zip(specs, args)
+                ]
+                plan = [
+                    ShardingSpec(mesh, [DimSpec(a) for a in lay])
+                    for lay in infer_plan(impls, placeholders, layouts, mesh)
+                ]
+            elif isinstance(out_specs, ShardingSpec):
+                plan = [out_specs] * len(leaves)
+            else:
+                given = _tree.leaves(out_specs, is_leaf=lambda s: s is None)
+                plan = [
+                    s if s is not None else ShardingSpec(mesh, [DimSpec()] * t.ndim)
+                    for s, t in zip(given, leaves)
+                ]
+            for k, (s, t) in enumerate(zip(plan, leaves)):
+                s.check(t.shape, f"nx.shard_map out_specs (output {k})")
+            fn = jax.jit(program, in_shardings=in_sh, out_shardings=[s.named() for s in plan])
+            entry = cache[key] = (fn, captured, out_def, plan)
+        fn, captured, out_def, plan = entry
         vals = [a._realized_value() for a in args]
         outs = fn(*vals, *captured)
         res = []
-        for v, nd in zip(outs, ndims):
+        for v, spec in zip(outs, plan):
             t = Tensor._wrap(impl_from_array(v))
-            t._impl.sharding = ShardingSpec.from_named(mesh, v.sharding, nd)
+            t._impl.sharding = spec
             res.append(t)
         return _tree.unflatten(out_def, res)
 

@@ -192,4 +192,8 @@ def derive_from_jax(prim: Primitive) -> Primitive:
         from ._batch import vmap_rule
 
         prim.batch = vmap_rule(prim)
+    if prim.shard is None:
+        from ._shard import replicated
+
+        prim.shard = replicated
     return prim

@@ -250,3 +250,13 @@ def _install_batch_rules() -> None:
 
 
 _install_batch_rules()
+
+
+def _install_shard_rules() -> None:
+    from . import _shard
+
+    for p in (*PRIMS.values(), select, convert, _stop_gradient):
+        p.shard = _shard.elementwise
+
+
+_install_shard_rules()

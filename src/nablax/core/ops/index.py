@@ -485,3 +485,39 @@ def _install_batch_rules() -> None:
 
 
 _install_batch_rules()
+
+
+def _gather_shard(params, in_layouts, in_avals, out_avals):
+    """Basic indexing (ints, slices, ``None``, ``...``): a fully sliced dimension keeps its axes,
+    a partly sliced one is replicated, an integer index removes it. Array indices: replicated."""
+    from . import _shard
+
+    structure = params[0]
+    lay, (in_shape, _) = in_layouts[0], in_avals[0]
+    if any(s == _T or s[0] not in "isne" for s in structure):
+        return _shard.replicated(params, in_layouts, in_avals, out_avals)
+    n_ell = len(in_shape) - sum(1 for s in structure if s[0] in "is")
+    out, d = [], 0
+    for s in structure:
+        if s[0] == "n":
+            out.append(())
+        elif s[0] == "e":
+            out.extend(lay[d : d + n_ell])
+            d += n_ell
+        elif s[0] == "i":
+            d += 1
+        else:
+            out.append(lay[d] if s[1:] == (None, None, None) else ())
+            d += 1
+    out.extend(lay[d:])
+    return (tuple(out),)
+
+
+def _install_shard_rules() -> None:
+    from . import _shard
+
+    gather_p.shard = _gather_shard
+    scatter_p.shard = _shard.replicated  # no useful layout to propose: replicated (correct)
+
+
+_install_shard_rules()

@@ -290,3 +290,12 @@ def _einsum_batch(params, bds, *xs):
 
 
 einsum_p.batch = _einsum_batch
+
+
+def _install_shard_rules() -> None:
+    from . import _shard
+
+    einsum_p.shard = _shard.einsum
+
+
+_install_shard_rules()

@@ -183,3 +183,18 @@ def _install_batch_rules() -> None:
 
 
 _install_batch_rules()
+
+
+def _install_shard_rules() -> None:  # no useful layout to propose: replicated (always correct)
+    from . import _shard
+
+    for p in (
+        split_p,
+        normal_p,
+        uniform_p,
+        randint_p,
+    ):
+        p.shard = _shard.replicated
+
+
+_install_shard_rules()

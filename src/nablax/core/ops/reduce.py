@@ -492,3 +492,18 @@ def _install_batch_rules() -> None:
 
 
 _install_batch_rules()
+
+
+def _install_shard_rules() -> None:
+    from . import _shard
+
+    for p in (reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, reduce_and_p, reduce_or_p):
+        p.shard = _shard.drop_dims(lambda params: params[0])
+    for p in (argmax_p, argmin_p):
+        p.shard = _shard.drop_dims(lambda params: (params[0],))
+    for p in (cumsum_p, sort_p, argsort_p):
+        p.shard = _shard.replicate_dims(lambda params, avals: (params[0],))
+    top_k_p.shard = _shard.replicate_dims(lambda params, avals: (len(avals[0][0]) - 1,))
+
+
+_install_shard_rules()

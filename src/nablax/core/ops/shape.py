@@ -605,3 +605,19 @@ def _install_batch_rules() -> None:
 
 
 _install_batch_rules()
+
+
+def _install_shard_rules() -> None:
+    from . import _shard
+
+    reshape_p.shard = _shard.reshape
+    transpose_p.shard = _shard.transpose
+    broadcast_in_dim_p.shard = _shard.broadcast_in_dim
+    slice_p.shard = _shard.unchanged_dims
+    pad_p.shard = _shard.unchanged_dims
+    rev_p.shard = _shard.replicate_dims(lambda params, avals: params[0])
+    split_p.shard = _shard.replicate_dims(lambda params, avals: (params[1],))
+    concatenate_p.shard = _shard.concatenate
+
+
+_install_shard_rules()

@@ -201,3 +201,13 @@ def _install_batch_rules() -> None:
 
 
 _install_batch_rules()
+
+
+def _install_shard_rules() -> None:  # no useful layout to propose: replicated (always correct)
+    from ..ops import _shard
+
+    for p in (custom_vjp_call_p,):
+        p.shard = _shard.replicated
+
+
+_install_shard_rules()

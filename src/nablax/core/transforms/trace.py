@@ -98,6 +98,7 @@ trace_input_p = primitive(
 trace_input_p.jvp = lambda params, tangents, primals, outs: [tangents[0]]
 trace_input_p.vjp = lambda params, cts, primals, outs: [cts[0]]
 trace_input_p.batch = lambda params, bds, x: x
+trace_input_p.shard = lambda params, layouts, in_avals, out_avals: (layouts[0],)
 
 
 def mark(t: Tensor, trace: Trace) -> Tensor:

@@ -54,6 +54,9 @@ decr_batch_dims_p = primitive(
 )
 incr_batch_dims_p.batch = lambda params, bds, x: x
 decr_batch_dims_p.batch = lambda params, bds, x: x
+# the batch axes are not part of the logical layout: replicated (core/ops/_shard.py)
+incr_batch_dims_p.shard = lambda params, lays, ins, outs: (((),) * len(outs[0][0]),)
+decr_batch_dims_p.shard = lambda params, lays, ins, outs: (((),) * len(outs[0][0]),)
 
 
 def _view(prim, params, t: Tensor, shape: tuple, bshape: tuple) -> Tensor:
