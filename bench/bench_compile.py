@@ -15,7 +15,7 @@ Cases:
   against ``jax.jit`` of the same step, each reading its loss every step. Target: <= 1.1x.
 
 nablax and JAX take turns (blocks of calls per round), medians reported. The data-parallel MLP
-step on 8 virtual devices needs ``nx.shard_map``, which is not implemented yet: not measured.
+step on 8 virtual devices is in ``bench_shard.py`` (it needs XLA_FLAGS set before JAX starts).
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"- MLP losses, nablax vs jax.jit over 3 steps: max relative difference {rel:.1e}")
     print(f"- compiled MLP step: {info}")
-    print("- data-parallel MLP step on 8 virtual devices: not measured (nx.shard_map not built)")
+    print("- data-parallel MLP step on 8 virtual devices: see bench/bench_shard.py")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if load > (os.cpu_count() or 1):
         print(f"- warning: load average {load:.1f} on {os.cpu_count()} cores: medians are noisy")

@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print()
     print(f"- losses over 3 steps, nablax vs jax: max relative difference {rel:.1e}")
-    print(f"- new w1 sharding chosen by the partitioner: {state['nx'][0][0].sharding}")
+    print(f"- new w1 sharding (the inferred plan): {state['nx'][0][0].sharding}")
     print(f"- total benchmark time {time.perf_counter() - t_start:.1f} s")
     return 0
 
