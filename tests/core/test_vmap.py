@@ -330,3 +330,42 @@ def test_non_tensor_output_and_bad_axes_raise_clearly():
         nx.vmap(lambda a: a, out_axes=None)(nx.ones(3))
     with pytest.raises(TypeError, match="no axis to map"):
         nx.vmap(lambda a: a)(1.0)
+
+
+def test_jacobians_of_functions_that_use_vmap_match_jax():
+    X, w = _x((5, 3)), _x((3,), 1)
+
+    def f_nx(w):
+        return nx.vmap(lambda x: nx.sin((x * w).sum()))(nx.tensor(X))
+
+    def f_j(w):
+        return jax.vmap(lambda x: jnp.sin((x * w).sum()))(X)
+
+    for nfn, jfn in ((nx.jacrev, jax.jacrev), (nx.jacfwd, jax.jacfwd)):
+        np.testing.assert_allclose(
+            nfn(f_nx)(nx.tensor(w)).numpy(), jfn(f_j)(w), rtol=1e-5, atol=1e-6
+        )
+    np.testing.assert_allclose(
+        nx.hessian(lambda w: f_nx(w).sum())(nx.tensor(w)).numpy(),
+        jax.hessian(lambda w: f_j(w).sum())(w),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+    # vmapping the vjp function of such an f by hand is refused rather than silently wrong
+    _, pull = nx.vjp(f_nx, nx.tensor(w))
+    with pytest.raises(NotImplementedError, match="uses nx.vmap"):
+        nx.vmap(pull)(nx.eye(5))
+
+
+def test_grad_through_nested_vmaps_with_broadcast_levels_matches_jax():
+    A, Bm, w = _x((2, 3)), _x((4, 3), 1), _x((3,), 2)
+
+    def g_nx(w):
+        inner = nx.vmap(lambda a, b: (a * b * w).sum() ** 2, in_axes=(None, 0))
+        return nx.vmap(inner, in_axes=(0, None))(nx.tensor(A), nx.tensor(Bm)).sum()
+
+    def g_j(w):
+        inner = jax.vmap(lambda a, b: (a * b * w).sum() ** 2, in_axes=(None, 0))
+        return jax.vmap(inner, in_axes=(0, None))(A, Bm).sum()
+
+    np.testing.assert_allclose(nx.grad(g_nx)(nx.tensor(w)).numpy(), jax.grad(g_j)(w), rtol=1e-5)

@@ -230,6 +230,8 @@ class _VJPFunction:
         self._depth = vmap_depth()
 
     def __call__(self, cotangent):
+        if vmap_depth() > self._depth:
+            self._check_levels()
         leaves, treedef = _tree.flatten(cotangent)
         if treedef != self._out_treedef:
             raise ValueError(
@@ -252,6 +254,29 @@ class _VJPFunction:
         with gc_paused():
             grads = backward_pass(seeds, markers, self._trace, self._depth)
         return _cotangents(self._per_arg, grads, single=False)
+
+
+def _check_levels_impl(self) -> None:
+    """``f_vjp`` called under a vmap opened after ``vjp``: fine unless ``f`` itself used vmap,
+    whose batch levels would take the same positions as the new one (levels are positional)."""
+    from .jacobian import _has_inner_vmap
+    from .vmap import _level
+
+    depth = _level.depth
+    try:
+        _level.depth = self._depth
+        inner = _has_inner_vmap(self._out_leaves)
+    finally:
+        _level.depth = depth
+    if inner:
+        raise NotImplementedError(
+            f"nx.vjp: the function returned by nx.vjp({_fname(self._f)}) is being vmapped, and "
+            f"{_fname(self._f)} itself uses nx.vmap; nablax cannot tell their batch levels apart "
+            f"yet. Fix: call it in a Python loop over the cotangents (nx.jacrev does this)"
+        )
+
+
+_VJPFunction._check_levels = _check_levels_impl
 
 
 def vjp(f: Callable, *primals, has_aux: bool = False):
