@@ -33,7 +33,7 @@ import numpy as np
 import nablax as nx
 from _common import environment  # bench/ is on sys.path when run as a script
 from _common import fmt as _fmt
-from bench_mlp import LR, init_params, make_batches, nx_loss
+from bench_mlp import LR, init_params, jax_loss, make_batches, nx_loss
 
 COLUMNS = ("nablax", "jax.jit")
 
@@ -62,15 +62,6 @@ def trivial_call(rounds: int) -> dict:
     return out
 
 
-def _jax_loss(params, x, y):
-    h = x
-    for w, b in params[:-1]:
-        h = jax.nn.relu(h @ w + b)
-    w, b = params[-1]
-    logp = jax.nn.log_softmax(h @ w + b, axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
-
-
 def mlp_step(rounds: int) -> tuple[dict, float, object]:
     @nx.compile
     def step(params, x, y):
@@ -79,7 +70,7 @@ def mlp_step(rounds: int) -> tuple[dict, float, object]:
 
     @jax.jit
     def step_j(params, x, y):
-        loss, grads = jax.value_and_grad(_jax_loss)(params, x, y)
+        loss, grads = jax.value_and_grad(jax_loss)(params, x, y)
         return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
 
     p0, batches = init_params(), make_batches()

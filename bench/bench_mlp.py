@@ -150,19 +150,21 @@ class NablaxRunner:
 # ---- JAX: jax.jit of the whole step ----------------------------------------------------------
 
 
+def jax_loss(params, x, y):
+    """The same loss as :func:`nx_loss`, in JAX."""
+    h = x
+    for w, b in params[:-1]:
+        h = jax.nn.relu(h @ w + b)
+    w, b = params[-1]
+    logp = jax.nn.log_softmax(h @ w + b, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+
+
 def make_jax_step() -> Callable:
     """A new jitted step function (a fresh Python function, so nothing is cached for it)."""
 
-    def loss_fn(params, x, y):
-        h = x
-        for w, b in params[:-1]:
-            h = jax.nn.relu(h @ w + b)
-        w, b = params[-1]
-        logp = jax.nn.log_softmax(h @ w + b, axis=-1)
-        return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
-
     def step(params, x, y):
-        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        loss, grads = jax.value_and_grad(jax_loss)(params, x, y)
         return loss, jax.tree.map(lambda p, g: p - LR * g, params, grads)
 
     return jax.jit(step)

@@ -33,16 +33,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 import nablax as nx  # noqa: E402
 from _common import environment  # noqa: E402
 from _common import fmt as _fmt  # noqa: E402
-from bench_mlp import LR, init_params, make_batches, nx_loss  # noqa: E402
-
-
-def _jax_loss(params, x, y):
-    h = x
-    for w, b in params[:-1]:
-        h = jax.nn.relu(h @ w + b)
-    w, b = params[-1]
-    logp = jax.nn.log_softmax(h @ w + b, axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+from bench_mlp import LR, init_params, jax_loss, make_batches, nx_loss  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
 
     @jax.jit
     def j_step(params, x, y):
-        loss, grads = jax.value_and_grad(_jax_loss)(params, x, y)
+        loss, grads = jax.value_and_grad(jax_loss)(params, x, y)
         return jax.tree.map(lambda p, g: p - LR * g, params, grads), loss
 
     p0, batches = init_params(), make_batches()
