@@ -115,9 +115,49 @@ def test_global_random_key_inside_compile_is_an_error():
     )
 
 
-def test_dynamic_dims_is_not_implemented_yet():
-    with pytest.raises(NotImplementedError, match="dynamic_dims"):
-        nx.compile(lambda x: x, dynamic_dims={0: {0: "batch"}})
+def _dyn_step(w, x, y):
+    def loss(w):
+        logp = nx.log_softmax(nx.relu(x @ w + 1.0), axis=-1)
+        return -nx.mean(nx.take_along_axis(logp, y[:, None], axis=1))
+
+    value, g = nx.value_and_grad(loss)(w)
+    return w - 0.1 * g, value, x.reshape(-1), x.sum(0)
+
+
+def test_dynamic_dims_reuse_one_trace_across_sizes():
+    f = nx.compile(_dyn_step, dynamic_dims={1: {0: "batch"}, 2: {0: "batch"}})
+    w = nx.tensor(np.linspace(-1, 1, 20, dtype=np.float32).reshape(4, 5))
+    rng = np.random.default_rng(0)
+    for n in (3, 5, 8, 13, 21):
+        x = nx.tensor(rng.standard_normal((n, 4)).astype(np.float32))
+        y = nx.tensor(rng.integers(0, 5, n).astype(np.int32))
+        got, want = f(w, x, y), _dyn_step(w, x, y)
+        for g, e in zip(got, want):
+            assert g.shape == e.shape
+            np.testing.assert_allclose(g.numpy(), e.numpy(), rtol=1e-6, atol=1e-7)
+    info = f.cache_info()
+    assert (info.traces, info.executables, info.hits, info.size) == (1, 5, 4, 1)
+    f(w, x, y)  # a size seen before: no new executable
+    assert f.cache_info().executables == 5
+
+
+def test_dynamic_dims_errors_and_fallback():
+    f = nx.compile(_dyn_step, dynamic_dims={1: {0: "batch"}, 2: {0: "batch"}})
+    w = nx.ones((4, 5))
+    with pytest.raises(ValueError, match=r"'batch' is 3 in args\[1\].*but 4 in args\[2\]"):
+        f(w, nx.ones((3, 4)), nx.zeros((4,), nx.int32))
+    with pytest.raises(TypeError, match="dynamic_dims must look like"):
+        nx.compile(_dyn_step, dynamic_dims={1: [0]})
+    # code that needs a concrete size (a Python comparison) cannot serve every size: it is
+    # traced per size, with one warning
+    g = nx.compile(
+        lambda x: x[: x.shape[0] // 2] if x.shape[0] > 2 else x, dynamic_dims={0: {0: "n"}}
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert g(nx.ones((4, 2))).shape == (2, 2)
+        assert g(nx.ones((6, 2))).shape == (3, 2)
+    assert len(caught) == 1 and "each size is traced" in str(caught[0].message).lower()
 
 
 # ---- compositions -------------------------------------------------------------------------------

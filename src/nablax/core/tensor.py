@@ -171,6 +171,10 @@ def to_impl(x: Any, dtype=None) -> TensorImpl:
         return impl_from_array(x)
     if dtype is None and type(x) in _PY_SCALAR_TYPES:
         dtype = dtypes.scalar_dtype(x)
+    elif type(x).__name__ == "_DimExpr":  # a symbolic size (nx.compile with dynamic_dims)
+        from .transforms.compile import dimension_value
+
+        return dimension_value(x, dtype)
     if dtype is not None:
         dtype = dtypes.canonicalize(dtype)
     else:

@@ -89,10 +89,24 @@ def norm_shape(op: str, shape: Any) -> tuple:
     if isinstance(shape, (int,)) or hasattr(shape, "__index__") and not hasattr(shape, "__len__"):
         shape = (shape,)
     try:
-        out = tuple(operator.index(d) for d in shape)
+        out = tuple(d if _symbolic(d) else operator.index(d) for d in shape)
     except TypeError:
         raise op_error(TypeError, op, f"shape must be a sequence of ints, got {shape!r}") from None
     for d in out:
         if d < 0:
             raise op_error(ShapeError, op, f"negative dimension in shape {out}")
     return out
+
+
+def _symbolic(d) -> bool:
+    return type(d).__name__ == "_DimExpr"  # jax.export symbolic size (nx.compile dynamic_dims)
+
+
+def as_dim(d):
+    """A dimension size as an ``int``; symbolic sizes (``nx.compile`` with ``dynamic_dims``) are
+    kept as they are."""
+    if type(d) is int:
+        return d
+    from jax.export import is_symbolic_dim
+
+    return d if is_symbolic_dim(d) else int(d)

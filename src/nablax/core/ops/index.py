@@ -56,17 +56,31 @@ def _gather_shape(x_shape, structure, idx_avals) -> tuple:
     r = _shape_cache.get(key)
     if r is None:
         r = _gather_shape_uncached(x_shape, structure, idx_avals)
-        if len(_shape_cache) < 4096:
+        if len(_shape_cache) < 4096 and all(type(d) is int for d in _dims_of(key)):
             _shape_cache[key] = r
     return r
 
 
 def _gather_shape_uncached(x_shape, structure, idx_avals) -> tuple:
+    if not all(type(d) is int for s in (x_shape, *(a[0] for a in idx_avals)) for d in s):
+        return _symbolic_gather_shape(x_shape, structure, idx_avals)
     dummies = [np.zeros(s, dtype=np.intp) for s, _ in idx_avals]
     try:
         return _dummy(x_shape)[_rebuild(structure, dummies)].shape
     except IndexError as e:
         raise op_error(IndexError, "getitem", f"{e} (tensor shape {x_shape})") from None
+
+
+def _symbolic_gather_shape(x_shape, structure, idx_avals) -> tuple:
+    """Result shape when a size is symbolic (``nx.compile`` with ``dynamic_dims``): JAX's own
+    shape rule on abstract values (no NumPy stand-ins)."""
+    import jax
+
+    structs = [jax.ShapeDtypeStruct(s, np.int32) for s, _ in idx_avals]
+    out = jax.eval_shape(
+        lambda a, *ix: a[_rebuild(structure, ix)], jax.ShapeDtypeStruct(x_shape, np.int8), *structs
+    )
+    return tuple(out.shape)
 
 
 def _gather_aval(params, x, *idx):
@@ -148,7 +162,8 @@ def _parse(x: TensorImpl, idx):
             elif dtypes.is_integer(item.dtype):
                 structure.append(_T)
                 tensors.append(item._impl)
-                raw.append(np.zeros(item.shape, np.intp))
+                symbolic = not all(type(d) is int for d in item.shape)  # dynamic_dims
+                raw.append(None if symbolic else np.zeros(item.shape, np.intp))
             else:
                 raise IndexError(
                     f"nx.getitem: index tensors must be integer or bool, got {item.dtype}"
@@ -521,3 +536,15 @@ def _install_shard_rules() -> None:
 
 
 _install_shard_rules()
+
+
+def _dims_of(key):
+    """Every int-like entry of a shape-cache key (symbolic sizes are not cached: they belong to
+    one nx.compile trace's scope)."""
+    for part in key:
+        if isinstance(part, tuple):
+            yield from _dims_of(part)
+        elif not isinstance(part, (str, type(None))) and hasattr(part, "__index__"):
+            yield part
+        elif type(part).__name__ == "_DimExpr":
+            yield part

@@ -34,7 +34,7 @@ def _einsum_aval(params, *avals):
                 ShapeError, "einsum", f"{spec!r} does not fit shapes {shapes}: {e}"
             ) from None
         r = ((tuple(out.shape), dt),)
-        if len(_shape_cache) < 4096:
+        if len(_shape_cache) < 4096 and all(type(d) is int for d in _dims_of(key)):
             _shape_cache[key] = r
     return r
 
@@ -299,3 +299,15 @@ def _install_shard_rules() -> None:
 
 
 _install_shard_rules()
+
+
+def _dims_of(key):
+    """Every int-like entry of a shape-cache key (symbolic sizes are not cached: they belong to
+    one nx.compile trace's scope)."""
+    for part in key:
+        if isinstance(part, tuple):
+            yield from _dims_of(part)
+        elif not isinstance(part, (str, type(None))) and hasattr(part, "__index__"):
+            yield part
+        elif type(part).__name__ == "_DimExpr":
+            yield part

@@ -13,7 +13,7 @@ from ...errors import ShapeError, op_error
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, bind, to_impl
 from ._rules import cast_like, is_float_tensor
-from ._util import norm_axes, norm_axis, norm_shape
+from ._util import as_dim, norm_axes, norm_axis, norm_shape
 
 
 def _impl(x, op: str) -> TensorImpl:
@@ -119,7 +119,7 @@ def reshape(x, *shape) -> Tensor:
     xi = _impl(x, "reshape")
     if len(shape) == 1 and not isinstance(shape[0], int):
         shape = tuple(shape[0])
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(as_dim(d) for d in shape)
     size = math.prod(xi.shape)
     if shape.count(-1) > 1:
         raise op_error(ShapeError, "reshape", f"only one -1 allowed in shape {shape}")

@@ -13,6 +13,13 @@ function (``.item()``, ``print``, a Python ``if`` on a tensor) is a *graph break
 ``fullgraph=True`` it raises :class:`~nablax.errors.GraphBreakError` naming the user's line; by
 default that signature falls back to plain eager execution with one warning.
 
+``dynamic_dims={arg_index: {dim_index: "name"}}`` traces with *symbolic* sizes for those
+dimensions (JAX's shape polymorphism, ``jax.export``): the recorded graph and its program serve
+every size, and ``jax.jit`` specializes one executable per concrete size behind it. Arguments
+sharing a name must agree in size. A function whose Python code needs a concrete size (``if
+x.shape[0] > 2``, ``int(n)``) raises during that trace; it then falls back, with one warning, to a
+trace per size.
+
 Composition: a call whose tensor arguments are being differentiated or vmapped (inside ``nx.grad``,
 ``nx.vmap``, ...) runs the function inline, so the transform sees its ops (``grad(compile(f))``,
 ``vmap(compile(f))``); ``compile(grad(f))`` and ``compile(vmap(grad(f)))`` trace the transformed
@@ -27,6 +34,7 @@ import inspect
 import os
 import traceback
 import warnings
+import weakref as _weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +68,37 @@ compile_input_p = Primitive(
 )
 
 
+def _dimension_lower(params):
+    import jax.numpy as jnp
+
+    return jnp.asarray(params[0], dtype=params[1])
+
+
+# A symbolic size used as a value (``x.sum() / x.shape[0]`` with ``dynamic_dims``): lowered with
+# JAX's shape polymorphism. Like the placeholder, it exists only inside compile traces.
+dimension_p = Primitive(
+    "dimension_value",
+    lambda params: (((), params[1]),),
+    _dimension_lower,
+    differentiable=False,
+    doc="The value of a symbolic dimension size (nx.compile dynamic_dims).",
+)
+dimension_p.jvp = lambda params, tangents, primals, outs: [None]
+dimension_p.vjp = lambda params, cts, primals, outs: []
+dimension_p.shard = lambda params, lays, ins, outs: ((),)
+
+
+def dimension_value(d, dtype=None) -> TensorImpl:
+    """A 0-d tensor holding the symbolic size ``d`` (int32 unless ``dtype`` says otherwise)."""
+    from ..dtypes import canonicalize
+
+    dt = canonicalize(dtype) if dtype is not None else np.dtype(np.int32)
+    node = Node(dimension_p, (d, dt), (), 1, None)
+    impl = TensorImpl(node, None, (), dt)
+    node.outs = (_weakref.ref(impl),)
+    return impl
+
+
 @dataclass(frozen=True)
 class CacheInfo:
     """Counters of one compiled function's cache (``f.cache_info()``)."""
@@ -85,21 +124,27 @@ class _Entry:
         "eager",
         "fast_key",
         "single",
+        "sizes",
     )
 
     def __init__(self) -> None:
         self.eager = False
         self.fast_key = None
+        self.sizes = None  # dynamic_dims: the concrete input shapes seen (one executable each)
 
     def wrap(self, outs):
         """The function's output pytree from the program's results."""
+        if self.sizes is not None:  # symbolic output shapes: take them from the values
+            avals = [(tuple(v.shape), np.dtype(v.dtype)) for v in outs]
+        else:
+            avals = self.out_avals
         if self.single:
-            ((shape, dtype),) = self.out_avals
+            ((shape, dtype),) = avals
             t = object.__new__(Tensor)
             t._impl = TensorImpl(None, outs[0], shape, dtype)
             return t
         vals = list(self.out_consts)
-        for slot, v, (shape, dtype) in zip(self.out_slots, outs, self.out_avals):
+        for slot, v, (shape, dtype) in zip(self.out_slots, outs, avals):
             t = object.__new__(Tensor)
             t._impl = TensorImpl(None, v, shape, dtype)
             vals[slot] = t
@@ -151,11 +196,8 @@ class Compiled:
         self._static_names = tuple(static_argnames)
         self._fullgraph = fullgraph
         self._max = max_size
-        if dynamic_dims:
-            raise NotImplementedError(
-                "nx.compile: dynamic_dims is not implemented yet (nablax graphs carry concrete "
-                "shapes); each new size is traced and compiled once. Remove dynamic_dims for now"
-            )
+        self._dyn = _check_dynamic_dims(dynamic_dims or {})
+        self._dyn_fallback = False  # set when f turned out not to be shape-polymorphic
         self._cache: collections.OrderedDict = collections.OrderedDict()
         self._fast: dict = {}  # all-tensor positional signatures -> entry (see __call__)
         self._hits = self._misses = self._traces = self._evictions = 0
@@ -166,7 +208,9 @@ class Compiled:
 
     # ---- public -------------------------------------------------------------------------------
     def cache_info(self) -> CacheInfo:
-        execs = sum(1 for e in self._cache.values() if not e.eager)
+        execs = sum(
+            len(e.sizes) if e.sizes is not None else 1 for e in self._cache.values() if not e.eager
+        )
         return CacheInfo(
             self._hits, self._misses, self._traces, execs, self._evictions, len(self._cache)
         )
@@ -181,7 +225,7 @@ class Compiled:
 
     # ---- calls --------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if not kwargs and not self._static_nums:
+        if not kwargs and not self._static_nums and not self._dyn:
             # Fast path: positional arguments that are all realized, untransformed tensors.
             key = []
             vals = []
@@ -213,11 +257,20 @@ class Compiled:
                 key_leaves.append(("a", tuple(leaf.shape), np.dtype(leaf.dtype)))
             else:
                 key_leaves.append(("v", type(leaf), _hashable(leaf, f"argument leaf {k}")))
+        dyn = None
+        if self._dyn and not self._dyn_fallback:
+            dyn = self._bind_dynamic(args, leaves)
+            for k, dims in dyn.items():
+                kind, shape, dtype = key_leaves[k]
+                shape = tuple(("dyn", dims[d]) if d in dims else n for d, n in enumerate(shape))
+                key_leaves[k] = (kind, shape, dtype)
         key = (treedef, tuple(key_leaves), statics)
         entry = self._cache.get(key)
         if entry is None:
             self._misses += 1
-            entry = self._trace(args, kwargs, leaves, treedef, key)
+            entry = self._trace(args, kwargs, leaves, treedef, key, dyn)
+            if entry is None:  # not shape-polymorphic: trace this size on its own from now on
+                return self(*args, **kwargs)
             if not kwargs and not self._static_nums and not entry.eager:
                 if all(type(a) is Tensor for a in args) and len(leaves) == len(args):
                     entry.fast_key = tuple(x for a in args for x in (a.shape, a.dtype))
@@ -252,15 +305,59 @@ class Compiled:
         ]
         return entry.wrap(entry.fn(*arrays, *entry.captured))
 
-    def _trace(self, args, kwargs, leaves, treedef, key) -> _Entry:
+    def _bind_dynamic(self, args, leaves) -> dict:
+        """``{leaf index: {dim: name}}`` for this call; sizes sharing a name must agree."""
+        nums = {i % len(args) for i in self._static_nums} if args else set()
+        leaf_of = {}
+        k = 0
+        for i, a in enumerate(args):
+            if i in nums:
+                continue
+            leaf_of[i] = k
+            k += len(_tree.leaves(a))
+        seen: dict = {}
+        out: dict = {}
+        for i, dims in self._dyn.items():
+            a = args[i] if i < len(args) else None
+            if not isinstance(a, (Tensor, jax.Array, np.ndarray)):
+                raise TypeError(
+                    f"nx.compile: dynamic_dims names argument {i} of {self.__qualname__}, which "
+                    f"is a {type(a).__name__}; dynamic dimensions belong to tensor arguments"
+                )
+            for d, name in dims.items():
+                if not -len(a.shape) <= d < len(a.shape):
+                    raise ValueError(
+                        f"nx.compile: dynamic_dims[{i}] names dimension {d}, but args[{i}] has "
+                        f"shape {tuple(a.shape)}"
+                    )
+                size = a.shape[d]
+                if name in seen and seen[name][0] != size:
+                    j, e, s0 = seen[name][1], seen[name][2], seen[name][0]
+                    raise ValueError(
+                        f"nx.compile: dynamic dimension {name!r} is {s0} in args[{j}] (dimension "
+                        f"{e}) but {size} in args[{i}] (dimension {d}); dimensions sharing a name "
+                        f"must have the same size"
+                    )
+                seen[name] = (size, i, d)
+                out.setdefault(leaf_of[i], {})[d % len(a.shape)] = name
+        return out
+
+    def _trace(self, args, kwargs, leaves, treedef, key, dyn=None) -> _Entry | None:
         self._traces += 1
         entry = _Entry()
         placeholders = []
         new_leaves = []
-        for leaf in leaves:
+        syms = _symbols(dyn) if dyn else {}
+        for k, leaf in enumerate(leaves):
             if isinstance(leaf, (Tensor, jax.Array, np.ndarray)):
                 t = leaf if isinstance(leaf, Tensor) else Tensor(leaf)
                 node, ph = _make_placeholder(t, len(placeholders))
+                if dyn and k in dyn:  # symbolic sizes: one trace serves every size
+                    shape = tuple(
+                        syms[dyn[k][d]] if d in dyn[k] else n for d, n in enumerate(t.shape)
+                    )
+                    node.params = (shape,) + node.params[1:]
+                    ph._impl.shape = shape
                 placeholders.append(node)
                 new_leaves.append(ph)
             else:
@@ -269,6 +366,17 @@ class Compiled:
         call_args, call_kw = self._merge(args, kwargs, dyn_pos, dyn_kw)
         try:
             out = trace_graph(lambda *a: self._f(*a, **call_kw), call_args, placeholders)
+        except _SYMBOLIC_ERRORS as e:
+            if not dyn:
+                raise
+            warnings.warn(
+                f"nx.compile({self.__qualname__}): dynamic_dims needs code that works for any "
+                f"size, and this function does not ({type(e).__name__}: {str(e)[:200]}). Each "
+                f"size is traced on its own from now on.",
+                stacklevel=3,
+            )
+            self._dyn_fallback = True
+            return None
         except GraphBreakError as e:
             if self._fullgraph:
                 raise
@@ -289,7 +397,14 @@ class Compiled:
         program, entry.captured = _lower(
             [out_leaves[k]._impl for k in entry.out_slots], placeholders
         )
-        entry.fn = jax.jit(program)
+        if dyn:  # exported once with symbolic shapes; jit specializes it per concrete size
+            specs = [jax.ShapeDtypeStruct(n.params[0], n.params[1]) for n in placeholders]
+            specs += [jax.ShapeDtypeStruct(c.shape, c.dtype) for c in entry.captured]
+            exported = jax.export.export(jax.jit(program))(*specs)
+            entry.fn = _SizedCall(jax.jit(exported.call), entry)
+            entry.sizes = set()
+        else:
+            entry.fn = jax.jit(program)
         self._store(key, entry)
         return entry
 
@@ -345,6 +460,54 @@ def _forget_traced(placeholders) -> None:
         if not depends(src_node(impl.src)):
             keep.append(wr)
     PENDING[:] = keep
+
+
+class _SizedCall:
+    """The jitted call of an exported (shape-polymorphic) program; records each concrete size."""
+
+    __slots__ = ("fn", "entry")
+
+    def __init__(self, fn, entry) -> None:
+        self.fn, self.entry = fn, entry
+
+    def __call__(self, *arrays):
+        self.entry.sizes.add(tuple(tuple(a.shape) for a in arrays))
+        return self.fn(*arrays)
+
+
+def _symbolic_errors() -> tuple:
+    from jax.export import is_symbolic_dim  # noqa: F401 - make sure the module is loaded
+
+    try:
+        from jax._src.export.shape_poly import InconclusiveDimensionOperation
+    except ImportError:  # pragma: no cover - older/newer JAX layouts
+        InconclusiveDimensionOperation = ValueError  # noqa: N806
+    from ...errors import ShapeError
+
+    return (InconclusiveDimensionOperation, TypeError, ShapeError, ValueError, IndexError)
+
+
+_SYMBOLIC_ERRORS = _symbolic_errors()
+
+
+def _check_dynamic_dims(dd) -> dict:
+    if not isinstance(dd, dict) or not all(
+        isinstance(i, int)
+        and isinstance(dims, dict)
+        and all(isinstance(d, int) and isinstance(n, str) for d, n in dims.items())
+        for i, dims in dd.items()
+    ):
+        raise TypeError(
+            f"nx.compile: dynamic_dims must look like {{arg_index: {{dim_index: 'name'}}}}, got "
+            f"{dd!r}"
+        )
+    return dd
+
+
+def _symbols(dyn: dict) -> dict:
+    """One symbolic size per name, in one scope (jax.export shape polymorphism)."""
+    names = sorted({n for dims in dyn.values() for n in dims.values()})
+    return dict(zip(names, jax.export.symbolic_shape(",".join(names))))
 
 
 def _make_placeholder(t: Tensor, k: int):
