@@ -281,3 +281,9 @@ def test_split_realization_frees_the_boundary_graph():
         assert rest.is_realized
         gc.collect()
         assert probe() is None  # the boundary node was dropped with the graph once both ran
+
+
+def test_block_until_ready_realizes_and_returns_the_tensor():
+    x = nx.ones((2, 2)) * 3
+    assert x.block_until_ready() is x and x.is_realized
+    assert x.tolist() == [[3.0, 3.0], [3.0, 3.0]]

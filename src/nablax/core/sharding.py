@@ -226,6 +226,14 @@ def shard_map(f: Callable, mesh: DeviceMesh, in_specs=None, out_specs=None) -> C
     ``in_specs``: ``{position: ShardingSpec or None}`` or a tuple (``None``: replicated, or keep
     the tensor's own ``.sharding``); ``out_specs``: one spec for every output or a pytree of
     specs (``None``: the plan nablax infers with the primitives' sharding rules).
+
+    >>> import nablax as nx
+    >>> mesh = nx.DeviceMesh((1,), ("dp",))
+    >>> rows = nx.ShardingSpec(mesh, [nx.DimSpec(["dp"]), nx.DimSpec([])])
+    >>> f = nx.shard_map(lambda x, w: x @ w, mesh, in_specs={0: rows})
+    >>> y = f(nx.ones((4, 3)), nx.ones((3, 2)))
+    >>> y.tolist()[0], y.sharding.dims
+    ([3.0, 3.0], [DimSpec(['dp']), DimSpec([])])
     """
     from .transforms.compile import _lower, _make_placeholder, trace_graph
 
