@@ -48,7 +48,7 @@ except ImportError:  # tests/ is not a package: pytest put this directory on sys
 
 from nablax.core.primitive import REGISTRY  # noqa: E402
 from nablax.core.sharding import infer_plan  # noqa: E402
-from nablax.core.transforms.compile import _make_placeholder, trace_graph  # noqa: E402
+from nablax.core.transforms.staging import make_placeholder, trace_graph  # noqa: E402
 
 
 def test_every_primitive_has_a_sharding_rule():
@@ -57,7 +57,7 @@ def test_every_primitive_has_a_sharding_rule():
 
 
 def _plan_of(fn, arrays, layouts, mesh):
-    made = [_make_placeholder(nx.tensor(a), k) for k, a in enumerate(arrays)]
+    made = [make_placeholder(nx.tensor(a), k) for k, a in enumerate(arrays)]
     nodes = [n for n, _ in made]
     out = trace_graph(fn, [t for _, t in made], nodes)
     outs = S.outputs(out)

@@ -177,7 +177,7 @@ def infer_plan(out_impls, placeholders, in_layouts, mesh: DeviceMesh) -> list:
     graph with every primitive's sharding rule (core/ops/_shard.py)."""
     from .graph import split_ref, toposort
     from .ops._shard import fit
-    from .transforms.compile import compile_input_p
+    from .transforms.staging import compile_input_p
     from .transforms.trace import input_aval, node_avals
 
     sizes = dict(zip(mesh.axis_names, mesh.shape))
@@ -235,7 +235,7 @@ def shard_map(f: Callable, mesh: DeviceMesh, in_specs=None, out_specs=None) -> C
     >>> y.tolist()[0], y.sharding.dims
     ([3.0, 3.0], [DimSpec(['dp']), DimSpec([])])
     """
-    from .transforms.compile import _lower, _make_placeholder, trace_graph
+    from .transforms.staging import lower, make_placeholder, trace_graph
 
     cache: dict = {}
 
@@ -255,11 +255,11 @@ def shard_map(f: Callable, mesh: DeviceMesh, in_specs=None, out_specs=None) -> C
         key = tuple((a.shape, a.dtype, s) for a, s in zip(args, specs))
         entry = cache.get(key)
         if entry is None:
-            placeholders, ph_args = zip(*[_make_placeholder(a, k) for k, a in enumerate(args)])
+            placeholders, ph_args = zip(*[make_placeholder(a, k) for k, a in enumerate(args)])
             out = trace_graph(f, ph_args, list(placeholders))
             leaves, out_def = _tree.flatten(out)
             impls = [t._impl for t in leaves]
-            program, captured = _lower(impls, list(placeholders))
+            program, captured = lower(impls, list(placeholders))
             replicated = NamedSharding(mesh.jax_mesh, PartitionSpec())
             in_sh = [s.named() if s is not None else replicated for s in specs]
             in_sh += [replicated] * len(captured)

@@ -172,7 +172,7 @@ def to_impl(x: Any, dtype=None) -> TensorImpl:
     if dtype is None and type(x) in _PY_SCALAR_TYPES:
         dtype = dtypes.scalar_dtype(x)
     elif type(x).__name__ == "_DimExpr":  # a symbolic size (nx.compile with dynamic_dims)
-        from .transforms.compile import dimension_value
+        from .transforms.staging import dimension_value
 
         return dimension_value(x, dtype)
     if dtype is not None:

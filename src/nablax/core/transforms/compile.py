@@ -2,7 +2,8 @@
 
 On a cache miss the function runs once on *placeholder* tensors (pending tensors whose nodes stand
 for the arguments), which records its whole lazy graph; the graph from the placeholders (plus the
-arrays it captured) to the outputs is lowered into one ``jax.jit`` program. On a hit the call goes
+arrays it captured) to the outputs is lowered into one ``jax.jit`` program (staging.py, shared with
+``nx.shard_map``). On a hit the call goes
 straight from the flattened arguments to that program: no graph building, no structure key, no
 retracing. Non-tensor outputs (ints, strings, ``None``, containers) are recorded at trace time and
 returned as they were.
@@ -31,10 +32,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
-import os
-import traceback
 import warnings
-import weakref as _weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -44,59 +42,15 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import GraphBreakError
-from .. import realize as _realize
-from ..graph import SCALAR_TYPES, Const, Node, src_node, toposort
-from ..primitive import Primitive
+from ..graph import src_node
 from ..tensor import Tensor, TensorImpl
-
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _placeholder_lower(params, *xs):  # pragma: no cover - never lowered: replaced by arguments
-    raise GraphBreakError("nx.compile: a placeholder argument has no value while tracing")
-
-
-# Not an operation, so not in the registry: a placeholder node stands for an argument of the
-# traced program. It is never lowered (the program reads its arguments instead) and transforms
-# see it as an untraced input, so it needs no derivative or batching rule.
-compile_input_p = Primitive(
-    "compile_input",
-    lambda params: ((params[0], params[1]),),
-    _placeholder_lower,
-    differentiable=False,
-    doc="An argument of a function being traced by nx.compile (see transforms/compile.py).",
+from .staging import (
+    compile_input_p,  # noqa: F401 - re-exported for core/sharding.py and the tests
+    dimension_value,  # noqa: F401 - used by core/tensor.py through this module
+    lower,
+    make_placeholder,
+    trace_graph,
 )
-
-
-def _dimension_lower(params):
-    import jax.numpy as jnp
-
-    return jnp.asarray(params[0], dtype=params[1])
-
-
-# A symbolic size used as a value (``x.sum() / x.shape[0]`` with ``dynamic_dims``): lowered with
-# JAX's shape polymorphism. Like the placeholder, it exists only inside compile traces.
-dimension_p = Primitive(
-    "dimension_value",
-    lambda params: (((), params[1]),),
-    _dimension_lower,
-    differentiable=False,
-    doc="The value of a symbolic dimension size (nx.compile dynamic_dims).",
-)
-dimension_p.jvp = lambda params, tangents, primals, outs: [None]
-dimension_p.vjp = lambda params, cts, primals, outs: []
-dimension_p.shard = lambda params, lays, ins, outs: ((),)
-
-
-def dimension_value(d, dtype=None) -> TensorImpl:
-    """A 0-d tensor holding the symbolic size ``d`` (int32 unless ``dtype`` says otherwise)."""
-    from ..dtypes import canonicalize
-
-    dt = canonicalize(dtype) if dtype is not None else np.dtype(np.int32)
-    node = Node(dimension_p, (d, dt), (), 1, None)
-    impl = TensorImpl(node, None, (), dt)
-    node.outs = (_weakref.ref(impl),)
-    return impl
 
 
 @dataclass(frozen=True)
@@ -149,41 +103,6 @@ class _Entry:
             t._impl = TensorImpl(None, v, shape, dtype)
             vals[slot] = t
         return self.out_def.unflatten(vals)
-
-
-def _user_frame() -> str:
-    """``file:line`` of the innermost frame outside nablax (where the user's code realized)."""
-    for fr in reversed(traceback.extract_stack()):
-        if not os.path.abspath(fr.filename).startswith(_PKG_DIR):
-            return f"{fr.filename}:{fr.lineno} ({fr.line})"
-    return "<unknown>"
-
-
-class _Tracing:
-    """Marks a trace in progress: realizations that need a placeholder raise GraphBreakError."""
-
-    def __enter__(self):
-        _realize._tracing_depth += 1
-        self.epoch = _realize.epoch()
-        return self
-
-    def __exit__(self, *exc):
-        _realize._tracing_depth -= 1
-
-
-def _check_no_placeholder(nodes) -> None:
-    """Called by realization while tracing: a placeholder in the program is a graph break."""
-    for n in nodes:
-        if n.prim is compile_input_p:
-            raise GraphBreakError(
-                f"nx.compile: the traced function needs a concrete value at {_user_frame()}. "
-                f"Fix: keep values lazy inside the function (use nx.where instead of Python if, "
-                f"return tensors instead of calling .item()), or use fullgraph=False to run this "
-                f"signature eagerly"
-            )
-
-
-_realize._tracing_check = _check_no_placeholder
 
 
 class Compiled:
@@ -351,7 +270,7 @@ class Compiled:
         for k, leaf in enumerate(leaves):
             if isinstance(leaf, (Tensor, jax.Array, np.ndarray)):
                 t = leaf if isinstance(leaf, Tensor) else Tensor(leaf)
-                node, ph = _make_placeholder(t, len(placeholders))
+                node, ph = make_placeholder(t, len(placeholders))
                 if dyn and k in dyn:  # symbolic sizes: one trace serves every size
                     shape = tuple(
                         syms[dyn[k][d]] if d in dyn[k] else n for d, n in enumerate(t.shape)
@@ -394,7 +313,7 @@ class Compiled:
         entry.out_slots = [k for k, o in enumerate(out_leaves) if isinstance(o, Tensor)]
         entry.out_avals = [(out_leaves[k].shape, out_leaves[k].dtype) for k in entry.out_slots]
         entry.single = entry.out_slots == [0] and out_def.num_nodes == 1
-        program, entry.captured = _lower(
+        program, entry.captured = lower(
             [out_leaves[k]._impl for k in entry.out_slots], placeholders
         )
         if dyn:  # exported once with symbolic shapes; jit specializes it per concrete size
@@ -422,44 +341,6 @@ class Compiled:
             if old.fast_key is not None:
                 self._fast.pop(old.fast_key, None)
             self._evictions += 1
-
-
-def _forget_traced(placeholders) -> None:
-    """Drop the pending tensors that depend on the trace's placeholders from the pending list, so
-    no later eager realization pulls them into its program (they have no values)."""
-    from ..graph import PENDING, split_ref
-
-    dep = dict.fromkeys(placeholders, True)
-
-    def depends(node) -> bool:
-        stack = [node]
-        while stack:
-            n = stack[-1]
-            if n in dep:
-                stack.pop()
-                continue
-            todo = [
-                m
-                for inp in n.inputs or ()
-                if (r := split_ref(inp)) is not None and (m := r[0]) not in dep and m.values is None
-            ]
-            if todo:
-                stack.extend(todo)
-                continue
-            dep[n] = any(
-                (r := split_ref(inp)) is not None and dep.get(r[0], False) for inp in n.inputs or ()
-            )
-            stack.pop()
-        return dep[node]
-
-    keep = []
-    for wr in PENDING:
-        impl = wr()
-        if impl is None or impl.value is not None:
-            continue
-        if not depends(src_node(impl.src)):
-            keep.append(wr)
-    PENDING[:] = keep
 
 
 class _SizedCall:
@@ -510,33 +391,6 @@ def _symbols(dyn: dict) -> dict:
     return dict(zip(names, jax.export.symbolic_shape(",".join(names))))
 
 
-def _make_placeholder(t: Tensor, k: int):
-    """``(node, tensor)``: a pending tensor standing for argument ``k`` (shape/dtype of ``t``)."""
-    import weakref
-
-    node = Node(compile_input_p, (t.shape, t.dtype, k), (), 1, None)
-    impl = TensorImpl(node, None, t.shape, t.dtype)
-    node.outs = (weakref.ref(impl),)
-    return node, Tensor._wrap(impl)
-
-
-def trace_graph(f, args, placeholders):
-    """Run ``f(*args)`` on placeholder tensors as a whole-graph trace (realizations needing a
-    placeholder raise GraphBreakError); pending tensors built on them are forgotten after."""
-    try:
-        with _Tracing() as tr:
-            out = f(*args)
-            if _realize.epoch() != tr.epoch:
-                raise GraphBreakError(
-                    f"nx.compile: {getattr(f, '__qualname__', f)} realized a value while being "
-                    f"traced (a graph break). Fix: keep values lazy inside the function, or use "
-                    f"fullgraph=False"
-                )
-        return out
-    finally:  # pending tensors built on placeholders must never join an eager program
-        _forget_traced(placeholders)
-
-
 def _hashable(v, what: str):
     try:
         hash(v)
@@ -546,86 +400,6 @@ def _hashable(v, what: str):
             f"part of the cache key. Fix: pass a tuple instead of a list, or make it a tensor"
         ) from None
     return v
-
-
-def _lower(out_impls, placeholders):
-    """``program(*args, *captured)`` (to be jitted) computing ``out_impls`` from the placeholders and the
-    realized arrays the graph captured; returns ``(program, captured)``."""
-    roots = []
-    direct = []  # outputs that are placeholders or realized values themselves
-    for impl in out_impls:
-        if impl.src is None:
-            direct.append(impl.value)
-        else:
-            roots.append(src_node(impl.src))
-    order = toposort(roots)
-    pos = {n: i for i, n in enumerate(placeholders)}
-    slot: dict = {}
-    captured: list = []
-    cap_ids: dict = {}
-    steps = []
-    for n in order:
-        if n.prim is compile_input_p:
-            continue
-        codes = []
-        for inp in n.inputs:
-            t = type(inp)
-            if t is Node or t is tuple:
-                m, j = (inp, 0) if t is Node else inp
-                if m.prim is compile_input_p:
-                    codes.append(("arg", pos[m]))
-                elif m in slot:
-                    codes.append(("node", m, j))
-                else:  # realized outside the program
-                    codes.append(("cap", _capture(m.values[j], captured, cap_ids)))
-            elif t is Const:
-                codes.append(("lit", np.asarray(inp.value, inp.dtype)))
-            elif t in SCALAR_TYPES:
-                codes.append(("lit", np.asarray(inp, n.params[0])))
-            else:
-                codes.append(("cap", _capture(inp, captured, cap_ids)))
-        slot[n] = True
-        steps.append((n, n.prim, n.params, codes, n.bdims[0] if n.bdims else None))
-    outs = []
-    for impl in out_impls:
-        if impl.src is None:
-            outs.append(("cap", _capture(impl.value, captured, cap_ids)))
-        else:
-            m, j = (impl.src, 0) if type(impl.src) is Node else impl.src
-            outs.append(("arg", pos[m]) if m.prim is compile_input_p else ("node", m, j))
-
-    n_args = len(placeholders)
-
-    def program(*flat):
-        args, caps = flat[:n_args], flat[n_args:]
-        env: dict = {}
-
-        def get(c):
-            kind = c[0]
-            if kind == "arg":
-                return args[c[1]]
-            if kind == "cap":
-                return caps[c[1]]
-            if kind == "lit":
-                return c[1]
-            v = env[c[1]]
-            return v[c[2]] if c[1].prim.multiple_results else v
-
-        for n, prim, params, codes, bds in steps:
-            vals = [get(c) for c in codes]
-            env[n] = prim.lower(params, *vals) if bds is None else prim.batch(params, bds, *vals)
-        return [get(c) for c in outs]
-
-    del direct
-    return program, captured
-
-
-def _capture(arr, captured: list, ids: dict) -> int:
-    k = ids.get(id(arr))
-    if k is None:
-        k = ids[id(arr)] = len(captured)
-        captured.append(arr)
-    return k
 
 
 def compile(
