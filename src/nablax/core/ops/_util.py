@@ -110,3 +110,15 @@ def as_dim(d):
     from jax.export import is_symbolic_dim
 
     return d if is_symbolic_dim(d) else int(d)
+
+
+def is_concrete(key) -> bool:
+    """Whether a (nested) shape-cache key holds no symbolic size: those belong to one
+    ``nx.compile`` trace's scope and must not be cached across traces."""
+    for part in key:
+        if isinstance(part, tuple):
+            if not is_concrete(part):
+                return False
+        elif _symbolic(part):
+            return False
+    return True

@@ -20,7 +20,7 @@ from .. import dtypes
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, bind, impl_from_array, to_impl
 from ._rules import cast_like, is_float_tensor
-from ._util import broadcast_shapes, norm_axis
+from ._util import broadcast_shapes, is_concrete, norm_axis
 
 _T = ("t",)  # placeholder for an index tensor in the structure
 
@@ -56,7 +56,7 @@ def _gather_shape(x_shape, structure, idx_avals) -> tuple:
     r = _shape_cache.get(key)
     if r is None:
         r = _gather_shape_uncached(x_shape, structure, idx_avals)
-        if len(_shape_cache) < 4096 and all(type(d) is int for d in _dims_of(key)):
+        if len(_shape_cache) < 4096 and is_concrete(key):
             _shape_cache[key] = r
     return r
 
@@ -536,15 +536,3 @@ def _install_shard_rules() -> None:
 
 
 _install_shard_rules()
-
-
-def _dims_of(key):
-    """Every int-like entry of a shape-cache key (symbolic sizes are not cached: they belong to
-    one nx.compile trace's scope)."""
-    for part in key:
-        if isinstance(part, tuple):
-            yield from _dims_of(part)
-        elif not isinstance(part, (str, type(None))) and hasattr(part, "__index__"):
-            yield part
-        elif type(part).__name__ == "_DimExpr":
-            yield part

@@ -15,7 +15,7 @@ from .. import dtypes
 from ..primitive import primitive
 from ..tensor import Tensor, bind, to_impl
 from ._rules import cast_like, is_float_tensor
-from ._util import broadcast_shapes
+from ._util import broadcast_shapes, is_concrete
 
 _shape_cache: dict = {}
 
@@ -34,7 +34,7 @@ def _einsum_aval(params, *avals):
                 ShapeError, "einsum", f"{spec!r} does not fit shapes {shapes}: {e}"
             ) from None
         r = ((tuple(out.shape), dt),)
-        if len(_shape_cache) < 4096 and all(type(d) is int for d in _dims_of(key)):
+        if len(_shape_cache) < 4096 and is_concrete(key):
             _shape_cache[key] = r
     return r
 
@@ -299,15 +299,3 @@ def _install_shard_rules() -> None:
 
 
 _install_shard_rules()
-
-
-def _dims_of(key):
-    """Every int-like entry of a shape-cache key (symbolic sizes are not cached: they belong to
-    one nx.compile trace's scope)."""
-    for part in key:
-        if isinstance(part, tuple):
-            yield from _dims_of(part)
-        elif not isinstance(part, (str, type(None))) and hasattr(part, "__index__"):
-            yield part
-        elif type(part).__name__ == "_DimExpr":
-            yield part
