@@ -220,3 +220,18 @@ def test_compiled_training_step_matches_jax():
         np.testing.assert_allclose(ln.item(), float(lj), rtol=1e-5)
     np.testing.assert_allclose(wn.numpy(), wj, rtol=1e-5, atol=1e-6)
     assert step.cache_info().traces == 1
+
+
+def test_calls_from_many_threads_agree():
+    from concurrent.futures import ThreadPoolExecutor
+
+    f = nx.compile(lambda x: (x * 2).sum(), max_cache_size=3)
+
+    def call(n):
+        return f(nx.ones((n % 5 + 1, 2))).item()
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(call, range(64)))
+    assert got == [4.0 * (n % 5 + 1) for n in range(64)]
+    info = f.cache_info()
+    assert info.hits + info.misses == 64 and info.size <= 3

@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -119,6 +120,7 @@ class Compiled:
         self._dyn_fallback = False  # set when f turned out not to be shape-polymorphic
         self._cache: collections.OrderedDict = collections.OrderedDict()
         self._fast: dict = {}  # all-tensor positional signatures -> entry (see __call__)
+        self._lock = threading.Lock()  # cache bookkeeping, for calls from several threads
         self._hits = self._misses = self._traces = self._evictions = 0
         try:
             self._sig = inspect.signature(f)
@@ -196,7 +198,9 @@ class Compiled:
                     self._fast[entry.fast_key] = entry
         else:
             self._hits += 1
-            self._cache.move_to_end(key)
+            with self._lock:
+                if key in self._cache:
+                    self._cache.move_to_end(key)
         if entry.eager:
             return self._f(*args, **kwargs)
         return self._run(entry, leaves)
@@ -335,12 +339,13 @@ class Compiled:
         return call_args, call_kw
 
     def _store(self, key, entry) -> None:
-        self._cache[key] = entry
-        while len(self._cache) > self._max:
-            _, old = self._cache.popitem(last=False)
-            if old.fast_key is not None:
-                self._fast.pop(old.fast_key, None)
-            self._evictions += 1
+        with self._lock:
+            self._cache[key] = entry
+            while len(self._cache) > self._max:
+                _, old = self._cache.popitem(last=False)
+                if old.fast_key is not None:
+                    self._fast.pop(old.fast_key, None)
+                self._evictions += 1
 
 
 class _SizedCall:

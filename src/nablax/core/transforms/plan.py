@@ -25,6 +25,7 @@ gradients against recorded ones for every primitive.
 from __future__ import annotations
 
 import collections
+import threading
 import weakref
 
 from ... import _config
@@ -40,6 +41,7 @@ class _State:
         self.plans: collections.OrderedDict = collections.OrderedDict()
         self.hits = 0
         self.recordings = 0
+        self.lock = threading.Lock()  # the LRU is shared by every thread's transforms
 
 
 _S = _State()
@@ -62,8 +64,9 @@ def plan_info() -> tuple[int, int, int]:
 
 
 def clear_plans() -> None:
-    _S.plans.clear()
-    _S.hits = _S.recordings = 0
+    with _S.lock:
+        _S.plans.clear()
+        _S.hits = _S.recordings = 0
 
 
 class _Lit:
@@ -185,10 +188,11 @@ def signature(order, markers, seeds, trace, depth: int = 0):
 
 def lookup(key):
     """The plan recorded for ``key``; ``_UNPLANNABLE`` if recording failed; ``None`` if unseen."""
-    plan = _S.plans.get(key)
-    if plan is not None:
-        _S.plans.move_to_end(key)
-    return plan
+    with _S.lock:
+        plan = _S.plans.get(key)
+        if plan is not None:
+            _S.plans.move_to_end(key)
+        return plan
 
 
 def is_plan(plan) -> bool:
@@ -207,11 +211,12 @@ class Plan:
 
 def record(key, frame: Frame, markers, result: dict) -> None:
     """Record the nodes the reverse pass built (reachable from ``result``'s cotangents)."""
-    _S.recordings += 1
     plan = _record(frame, markers, result)
-    _S.plans[key] = plan if plan is not None else _UNPLANNABLE
-    while len(_S.plans) > _MAX_PLANS:
-        _S.plans.popitem(last=False)
+    with _S.lock:
+        _S.recordings += 1
+        _S.plans[key] = plan if plan is not None else _UNPLANNABLE
+        while len(_S.plans) > _MAX_PLANS:
+            _S.plans.popitem(last=False)
 
 
 def _record(fr: Frame, markers, result: dict):
