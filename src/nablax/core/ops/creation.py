@@ -173,21 +173,14 @@ def _install_rules() -> None:
 _install_rules()
 
 
-def _install_batch_rules() -> None:
+def _install_vmap_and_shard_rules() -> None:
+    # batched through jax.vmap of the lowering; no useful layout to propose: replicated (correct)
+    from . import _shard
     from ._batch import vmap_rule
 
     for p in (iota_p,):
         p.batch = vmap_rule(p)
-
-
-_install_batch_rules()
-
-
-def _install_shard_rules() -> None:  # no useful layout to propose: replicated (always correct)
-    from . import _shard
-
-    for p in (iota_p,):
         p.shard = _shard.replicated
 
 
-_install_shard_rules()
+_install_vmap_and_shard_rules()

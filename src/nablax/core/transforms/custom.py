@@ -193,21 +193,14 @@ custom_vjp_call_p.vjp = _custom_vjp_rule
 custom_vjp_call_p.jvp = _custom_jvp_rule
 
 
-def _install_batch_rules() -> None:
+def _install_vmap_and_shard_rules() -> None:
+    # batched through jax.vmap of the lowering; no useful layout to propose: replicated (correct)
+    from ..ops import _shard
     from ..ops._batch import vmap_rule
 
     for p in (custom_vjp_call_p,):
         p.batch = vmap_rule(p)
-
-
-_install_batch_rules()
-
-
-def _install_shard_rules() -> None:  # no useful layout to propose: replicated (always correct)
-    from ..ops import _shard
-
-    for p in (custom_vjp_call_p,):
         p.shard = _shard.replicated
 
 
-_install_shard_rules()
+_install_vmap_and_shard_rules()
