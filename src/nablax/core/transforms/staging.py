@@ -175,16 +175,9 @@ def trace_graph(f, args, placeholders):
 
 
 def lower(out_impls, placeholders):
-    """``program(*args, *captured)`` (to be jitted) computing ``out_impls`` from the placeholders and the
-    realized arrays the graph captured; returns ``(program, captured)``."""
-    roots = []
-    direct = []  # outputs that are placeholders or realized values themselves
-    for impl in out_impls:
-        if impl.src is None:
-            direct.append(impl.value)
-        else:
-            roots.append(src_node(impl.src))
-    order = toposort(roots)
+    """``program(*args, *captured)`` (to be jitted) computing ``out_impls`` from the placeholders
+    and the realized arrays the graph captured; returns ``(program, captured)``."""
+    order = toposort([src_node(i.src) for i in out_impls if i.src is not None])
     pos = {n: i for i, n in enumerate(placeholders)}
     slot: dict = {}
     captured: list = []
@@ -242,7 +235,6 @@ def lower(out_impls, placeholders):
             env[n] = prim.lower(params, *vals) if bds is None else prim.batch(params, bds, *vals)
         return [get(c) for c in outs]
 
-    del direct
     return program, captured
 
 
