@@ -108,3 +108,14 @@ def test_inferred_plans_follow_the_rules():
     for fn, lays, want in cases:
         _, plan = _plan_of(fn, [a, b], lays, mesh)
         assert plan == want, (lays, plan, want)
+
+
+def test_in_specs_none_replicates_and_unmentioned_arguments_keep_their_sharding():
+    mesh = nx.DeviceMesh((1,), ("dp",))
+    rows = nx.ShardingSpec(mesh, [nx.DimSpec(["dp"]), nx.DimSpec([])])
+    xs = nx.ones((4, 2)).shard(mesh, rows)
+    keep = nx.shard_map(lambda x: x * 2, mesh)(xs)
+    assert keep.sharding == rows  # not mentioned: its own sharding, propagated
+    rep = nx.shard_map(lambda x: x * 2, mesh, in_specs={0: None})(xs)
+    assert rep.sharding.dims == [nx.DimSpec([]), nx.DimSpec([])]  # None: replicated
+    assert rep.tolist() == keep.tolist() == [[2.0, 2.0]] * 4

@@ -212,19 +212,24 @@ def infer_plan(out_impls, placeholders, in_layouts, mesh: DeviceMesh) -> list:
     return out
 
 
+_KEEP = object()
+
+
 def _spec_for(specs, k: int):
+    """The spec ``in_specs`` gives argument ``k``: a ``ShardingSpec``, ``None`` (replicated), or
+    ``_KEEP`` when it says nothing about it (the tensor keeps its own ``.sharding``)."""
     if specs is None:
-        return None
+        return _KEEP
     if isinstance(specs, dict):
-        return specs.get(k)
-    return specs[k] if k < len(specs) else None
+        return specs.get(k, _KEEP)
+    return specs[k] if k < len(specs) else _KEEP
 
 
 def shard_map(f: Callable, mesh: DeviceMesh, in_specs=None, out_specs=None) -> Callable:
     """Run ``f`` (written for whole tensors) partitioned over ``mesh``; results equal ``f``'s.
 
-    ``in_specs``: ``{position: ShardingSpec or None}`` or a tuple (``None``: replicated, or keep
-    the tensor's own ``.sharding``); ``out_specs``: one spec for every output or a pytree of
+    ``in_specs``: ``{position: ShardingSpec or None}`` or a tuple (``None``: replicated; an
+    argument it does not mention keeps its own ``.sharding``, replicated if it has none); ``out_specs``: one spec for every output or a pytree of
     specs (``None``: the plan nablax infers with the primitives' sharding rules).
 
     >>> import nablax as nx
@@ -248,7 +253,9 @@ def shard_map(f: Callable, mesh: DeviceMesh, in_specs=None, out_specs=None) -> C
                 )
         specs = []
         for k, a in enumerate(args):
-            s = _spec_for(in_specs, k) or a.sharding
+            s = _spec_for(in_specs, k)
+            if s is _KEEP:
+                s = a.sharding
             if s is not None:
                 s.check(a.shape, f"nx.shard_map in_specs[{k}]")
             specs.append(s)
