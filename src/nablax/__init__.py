@@ -143,12 +143,18 @@ __version__ = "0.1.0"
 
 
 def clear_caches() -> None:
-    """Drop every cache nablax keeps (compiled graph structures, recorded backward passes) and
-    reset their counters."""
+    """Drop every in-memory cache nablax keeps (compiled graph structures, recorded backward
+    passes, the default kernel executor's configs and compiled kernel calls) and reset their
+    counters. The persistent kernel database is kept: ``nablax cache clear`` empties it."""
+    import sys
+
     from .core.transforms import plan
 
     _realize_mod.clear_cache()
     plan.clear_plans()
+    executor = sys.modules.get("nablax.kernels.executor")
+    if executor is not None:  # only when the kernel layer is in use
+        executor.clear_default_caches()
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

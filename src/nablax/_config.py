@@ -71,6 +71,43 @@ _register(
     "Run extra internal consistency checks (slower); useful when developing nablax itself.",
 )
 
+
+def _parse_stamp(s: str) -> str:
+    v = s.strip().lower()
+    if v not in ("hash", "json", "none"):
+        raise ValueError(f"NABLAX_OPS_STAMP must be hash, json or none, got {s!r}")
+    return v
+
+
+_register(
+    "cache_dir",
+    None,
+    str,
+    "Folder of nablax's persistent kernel database (kernels.sqlite). Default: the user cache dir "
+    "from platformdirs (e.g. ~/.cache/nablax on Linux).",
+)
+_register(
+    "ops_stamp",
+    "hash",
+    _parse_stamp,
+    "How kernel calls are named in lowered HLO and profiles: 'hash' (op, version and a short hash "
+    "of call key and config), 'json' (also the config as JSON in the op metadata) or 'none'.",
+)
+_register(
+    "ops_record",
+    False,
+    _parse_bool,
+    "Record every kernel invocation (op id, call key, abstract shapes and dtypes only) in the "
+    "persistent database, for offline tuning with `nablax tune --recorded`.",
+)
+_register(
+    "autotune",
+    True,
+    _parse_bool,
+    "Default of AutotunePolicy.allow_autotune for the default kernel executor: whether a cache "
+    "miss may time the candidate configs (else the heuristic config is used).",
+)
+
 _overrides: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "nablax_config_overrides", default=None
 )

@@ -3,7 +3,7 @@
 ``main(argv)`` returns the process exit code (the console-script wrapper passes it to
 ``sys.exit``), so tests can call it directly.
 
->>> main(["cache", "list"])
+>>> main(["classify"])
 2
 """
 
@@ -14,7 +14,7 @@ import runpy
 import sys
 from pathlib import Path
 
-_NOT_YET = "not available yet: arrives with the kernels / xcs layer"
+_NOT_YET = "not available yet: arrives with the xcs layer"
 _BENCH_SCRIPT = Path("bench") / "bench_eager.py"
 
 
@@ -28,6 +28,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     demo.run_compiled(steps=args.steps, lr=args.lr, hidden=args.hidden, seed=args.seed)
     print()
     demo.run_sharded(seed=args.seed)
+    print()
+    demo.run_kernels(seed=args.seed)
     return 0
 
 
@@ -64,6 +66,66 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         sys.path.remove(str(script.parent))
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .kernels import default_executor, policy_override
+    from .kernels.tuning import common_calls, recorded_calls, tune_calls
+
+    ex = default_executor()
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = sorted(set(ops) - {"matmul", "attention"})
+    if unknown:
+        print(f"nablax tune: unknown op(s) {unknown}; bundled: matmul, attention", file=sys.stderr)
+        return 2
+    calls = common_calls(ops, quick=args.quick)
+    if args.recorded:
+        calls += recorded_calls(ex.chooser.persistent)
+    print(
+        f"nablax tune: {len(calls)} call(s) on {_device()} -> {ex.chooser.persistent.path}",
+        flush=True,
+    )
+    with policy_override(ex.chooser, allow_autotune=True, cache_miss_fallback="autotune"):
+        tune_calls(ex, calls, force=args.force)
+    return 0
+
+
+def _device() -> str:
+    from .kernels import device_fingerprint
+
+    return device_fingerprint()
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from .kernels import PersistentCache
+    from .kernels.tuning import describe_entry, entry_row
+
+    store = PersistentCache(args.path)
+    if args.action == "clear":
+        n = store.delete(args.op)
+        print(f"nablax cache: removed {n} entr{'y' if n == 1 else 'ies'} from {store.path}")
+        return 0
+    entries = store.entries(args.op)
+    if args.action == "show":
+        if not args.key:
+            print("nablax cache show: give a call key (or its prefix) or an op id", file=sys.stderr)
+            return 2
+        hits = [e for e in entries if e.call_key.startswith(args.key) or e.op_id == args.key]
+        if not hits:
+            print(
+                f"nablax cache show: nothing matches {args.key!r} in {store.path}", file=sys.stderr
+            )
+            return 1
+        print("\n\n".join(describe_entry(e) for e in hits))
+        return 0
+    print(f"{store.path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
+    for e in entries:
+        r = entry_row(e)
+        print(
+            f"  {r['op']:<14} {r['key']}  {r['source']:<9} {r['best_ms']:9.4f} ms  {r['cfg']}  "
+            f"[{r['call']}]  {r['when']}"
+        )
+    return 0
+
+
 def _cmd_not_yet(args: argparse.Namespace) -> int:
     print(f"nablax {args.command}: {_NOT_YET}", file=sys.stderr)
     return 2
@@ -91,14 +153,23 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--out", metavar="PATH", help="also write the results as JSON")
     b.set_defaults(func=_cmd_bench)
 
-    t = sub.add_parser("tune", help="autotune kernels (" + _NOT_YET + ")")
-    t.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    t.set_defaults(func=_cmd_not_yet)
+    t = sub.add_parser(
+        "tune", help="autotune the bundled kernels (matmul, attention) for common shapes here"
+    )
+    t.add_argument("--ops", default="matmul,attention", help="comma-separated kernels to tune")
+    t.add_argument("--quick", action="store_true", help="fewer shapes")
+    t.add_argument("--force", action="store_true", help="tune again calls already tuned")
+    t.add_argument(
+        "--recorded", action="store_true", help="also tune calls recorded with NABLAX_OPS_RECORD=1"
+    )
+    t.set_defaults(func=_cmd_tune)
 
-    c = sub.add_parser("cache", help="inspect the kernel config cache (" + _NOT_YET + ")")
+    c = sub.add_parser("cache", help="list, show or clear the persistent kernel config database")
     c.add_argument("action", nargs="?", choices=["list", "show", "clear"], default="list")
-    c.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    c.set_defaults(func=_cmd_not_yet)
+    c.add_argument("key", nargs="?", help="show: a call key (prefix) or op id")
+    c.add_argument("--op", help="only entries of this versioned op id (e.g. matmul@v1)")
+    c.add_argument("--path", help="database file (default: NABLAX_CACHE_DIR or the user cache)")
+    c.set_defaults(func=_cmd_cache)
 
     k = sub.add_parser("classify", help="classify functions for xcs (" + _NOT_YET + ")")
     k.add_argument("target", nargs="?", metavar="PATH_OR_MODULE")

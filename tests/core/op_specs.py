@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import nablax as nx
+import nablax.kernels  # noqa: F401 - registers the kernel_call primitive
 
 F32 = np.dtype("float32")
 F16 = np.dtype("float16")
@@ -349,6 +350,46 @@ spec(
     unary(),
     FLOATS,
     ["trace_input", "stop_gradient", "multiply", "custom_vjp_call"],
+)
+
+
+class _SpecScale(nx.kernels.Kernel):
+    """A kernel with a hand-written vjp, to check the kernel_call node against JAX."""
+
+    def run(self, x, w, *, cfg):
+        return jnp.tanh(x @ w) * 2.0
+
+    def fwd_with_residuals(self, x, w, *, cfg):
+        y = self.run(x, w, cfg=cfg)
+        return y, (y,)
+
+    def vjp(self, res, y, dy, x, w, *, cfg):
+        (out,) = res
+        dz = dy * (2.0 - out * out / 2.0)  # d(2 tanh z) = 2 (1 - tanh^2 z)
+        return dz @ w.T, x.T @ dz
+
+    def heuristic_cfg(self, inv):
+        return _SpecCfg()
+
+
+@dataclass(frozen=True)
+class _SpecCfg:
+    unused: int = 0
+
+
+_spec_kernel = _SpecScale("spec_scale")
+_spec_executor = nx.kernels.Executor(
+    nx.kernels.ConfigSelectorChain(
+        policy=nx.kernels.AutotunePolicy(allow_autotune=False), persistent=False
+    )
+)
+spec(
+    "kernel_call",  # a nablax.kernels Kernel on Tensors: one kernel_call node, its vjp by hand
+    lambda x, w: _spec_executor(_spec_kernel, x, w),
+    lambda x, w: jnp.tanh(x @ w) * 2.0,
+    cases_of(lambda dt, r: [A(r, (3, 4), dt), A(r, (4, 2), dt)]),
+    F32_ONLY,
+    ["kernel_call"],
 )
 spec(
     "astype",

@@ -1,0 +1,142 @@
+"""Kernel calls on nablax Tensors: one ``kernel_call`` node in the lazy graph.
+
+The node's parameter is the call's :class:`~._call.CallSpec` (kernel, config, structure), so the
+realization cache keys on it and repeated calls reuse the compiled program. Under a
+differentiation trace the node also outputs the kernel's residuals (``fwd_with_residuals``), and
+its VJP rule adds one node that lowers to the kernel's ``vjp``; that node's own derivatives (second
+order) and the forward node's JVP come from JAX's derivative of their lowerings.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+
+from ..core.ops import _rules
+from ..core.ops._batch import vmap_rule
+from ..core.ops._shard import replicated
+from ..core.ops.creation import zeros_like
+from ..core.primitive import Primitive, primitive
+from ..core.tensor import Tensor, bind, to_impl
+from ..core.transforms.custom import _traced
+from ._call import CallSpec
+
+_avals: dict = {}
+_avals_lock = threading.Lock()
+
+
+def _flat_call(spec: CallSpec, with_res: bool):
+    """The node's lowering as a function of the array leaves, returning a flat tuple."""
+
+    def f(*arrays):
+        if with_res:
+            y, res = spec.with_residuals(*arrays)
+            return tuple(jax.tree_util.tree_leaves(y)) + tuple(jax.tree_util.tree_leaves(res))
+        return tuple(jax.tree_util.tree_leaves(spec.plain(*arrays)))
+
+    return f
+
+
+def _structure(spec: CallSpec, with_res: bool, in_avals: tuple):
+    """(flat output avals, output treedef, output count) of a call; traced once per signature."""
+    key = (spec, with_res, in_avals)
+    hit = _avals.get(key)
+    if hit is not None:
+        return hit
+    structs = [jax.ShapeDtypeStruct(s, d) for s, d in in_avals]
+    y_struct = jax.eval_shape(spec.plain, *structs)
+    leaves, treedef = jax.tree_util.tree_flatten(y_struct)
+    flat = jax.eval_shape(_flat_call(spec, with_res), *structs)
+    out = (tuple((tuple(o.shape), o.dtype) for o in flat), treedef, len(leaves))
+    with _avals_lock:
+        _avals[key] = out
+    return out
+
+
+def _abstract(params, *avals):
+    spec, with_res = params
+    return _structure(spec, with_res, tuple((tuple(s), d) for s, d in avals))[0]
+
+
+def _lower(params, *xs):
+    spec, with_res = params
+    return _flat_call(spec, with_res)(*xs)
+
+
+kernel_call_p = primitive(
+    "kernel_call",
+    _abstract,
+    _lower,
+    multiple_results=True,
+    doc="A nablax.kernels Kernel run with a fixed config (outputs, then residuals when traced).",
+)
+
+_vjp_prims: dict = {}
+
+
+def _vjp_prim(n_arrays: int, n_res: int, n_out: int) -> Primitive:
+    """The backward node: inputs (arrays, residuals, outputs, output cotangents)."""
+    key = (n_arrays, n_res, n_out)
+    p = _vjp_prims.get(key)
+    if p is not None:
+        return p
+
+    def aval(params, *avals):
+        return tuple(avals[:n_arrays])
+
+    def lower(params, *xs):
+        spec, res_def, y_def = params
+        arrays = xs[:n_arrays]
+        res = jax.tree_util.tree_unflatten(res_def, xs[n_arrays : n_arrays + n_res])
+        y = jax.tree_util.tree_unflatten(y_def, xs[n_arrays + n_res : n_arrays + n_res + n_out])
+        dy = jax.tree_util.tree_unflatten(y_def, xs[n_arrays + n_res + n_out :])
+        grads = spec.backward(arrays, res, y, dy)
+        return tuple(
+            g if g is not None else jax.numpy.zeros(a.shape, a.dtype) for g, a in zip(grads, arrays)
+        )
+
+    p = Primitive(f"kernel_vjp[{n_arrays},{n_res},{n_out}]", aval, lower, multiple_results=True)
+    _rules.derive_from_jax(p)  # second order: JAX's derivative of the kernel's vjp
+    _vjp_prims[key] = p
+    return p
+
+
+def _res_treedef(spec: CallSpec, in_avals: tuple):
+    structs = [jax.ShapeDtypeStruct(s, d) for s, d in in_avals]
+    _, res = jax.eval_shape(spec.with_residuals, *structs)
+    return jax.tree_util.tree_structure(res)
+
+
+def _kernel_vjp_rule(params, cts, primals, outs):
+    spec, with_res = params
+    impls = [p._impl if isinstance(p, Tensor) else to_impl(p) for p in primals]
+    in_avals = tuple((tuple(i.shape), i.dtype) for i in impls)
+    _, y_def, n_out = _structure(spec, with_res, in_avals)
+    if with_res:
+        flat = list(outs)
+    else:  # built outside a trace but differentiated anyway: recompute the residuals
+        flat = [Tensor._wrap(i) for i in bind(kernel_call_p, impls, (spec, True))]
+    y, res = flat[:n_out], flat[n_out:]
+    dys = [c if c is not None else zeros_like(o) for c, o in zip(cts[:n_out], y)]
+    res_def = _res_treedef(spec, in_avals)
+    p = _vjp_prim(len(impls), len(res), n_out)
+    ins = impls + [t._impl for t in res] + [t._impl for t in y] + [t._impl for t in dys]
+    grads = bind(p, ins, (spec, res_def, y_def))
+    return [Tensor._wrap(g) if _rules.is_float_tensor(x) else None for g, x in zip(grads, primals)]
+
+
+_rules.derive_from_jax(kernel_call_p)  # jvp through JAX's derivative of the kernel's run
+kernel_call_p.vjp = _kernel_vjp_rule
+kernel_call_p.batch = vmap_rule(kernel_call_p)
+kernel_call_p.shard = replicated
+
+
+def call_on_tensors(spec: CallSpec, leaves: list):
+    """Add the kernel call to the lazy graph; returns the output pytree of Tensors."""
+    arrays = [to_impl(leaves[i]) for i in spec.array_pos]
+    traced = any(isinstance(leaves[i], Tensor) and _traced(leaves[i]) for i in spec.array_pos)
+    in_avals = tuple((tuple(i.shape), i.dtype) for i in arrays)
+    _, y_def, n_out = _structure(spec, traced, in_avals)
+    impls = bind(kernel_call_p, arrays, (spec, traced))
+    return jax.tree_util.tree_unflatten(y_def, [Tensor._wrap(i) for i in impls[:n_out]])

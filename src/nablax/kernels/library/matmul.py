@@ -1,0 +1,386 @@
+"""The bundled ``matmul`` kernel: ``a (..., M, K) @ b (K, N)`` with tunable block sizes.
+
+Three implementations share one config class, :class:`MatmulCfg`:
+
+- ``run`` (any platform, pure JAX): an unblocked config is one XLA dot; a blocked one mirrors the
+  GPU kernel's structure — a sequential grid over ``(block_m, block_n)`` output tiles, each
+  accumulating ``block_k``-wide slices of the contraction in float32 — so the configs really differ
+  in speed and the tuner has something to choose.
+- ``run_gpu``: a Pallas (Triton) kernel with a grid over output tiles and a loop over K; the
+  all-``None`` config falls back to XLA's dot (cuBLAS), which is among the GPU candidates too.
+- ``vjp`` / ``vjp_gpu``: ``da = dy @ b.T`` and ``db = a.T @ dy`` computed by the same blocked
+  implementation, with the block sizes permuted to match each product's dims.
+
+>>> import jax.numpy as jnp
+>>> a, b = jnp.ones((3, 5)), jnp.ones((5, 2))
+>>> MATMUL.run(a, b, cfg=MatmulCfg(block_m=2, block_n=None, block_k=2)).tolist()
+[[5.0, 5.0], [5.0, 5.0], [5.0, 5.0]]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ...errors import DTypeError, ShapeError, describe
+from ..kernel import Kernel
+
+if TYPE_CHECKING:
+    from ..invocation import Invocation
+
+API = "nablax.kernels.library.matmul"
+
+# Tests flip this to run the Pallas kernels on CPU in interpret mode (slow; tiny shapes only).
+INTERPRET = False
+
+# Triton's dot needs tiles of at least 16 in every dim, and loads/stores of power-of-two sizes.
+_GPU_MIN_BLOCK = 16
+_GPU_DEFAULT = (128, 128, 32)
+
+
+@dataclasses.dataclass(frozen=True)
+class MatmulCfg:
+    """Block sizes of :class:`Matmul`; ``None`` leaves that dim untiled.
+
+    ``MatmulCfg()`` (all ``None``) is "unblocked": a single XLA dot. On GPU a ``None`` field of a
+    partly blocked config takes the default tile (128, 128, 32) and sizes are rounded up to powers
+    of two.
+
+    >>> MatmulCfg(block_k=64)
+    MatmulCfg(block_m=None, block_n=None, block_k=64)
+    >>> MatmulCfg().unblocked
+    True
+    """
+
+    block_m: int | None = None
+    block_n: int | None = None
+    block_k: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in ("block_m", "block_n", "block_k"):
+            v = getattr(self, f)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise ValueError(
+                    f"{API}: MatmulCfg.{f} must be a positive int or None, got {v!r}. "
+                    f"Fix: pass e.g. MatmulCfg({f}=128), or None to leave the dim untiled"
+                )
+
+    @property
+    def unblocked(self) -> bool:
+        """True when no dim is tiled (one plain dot)."""
+        return self.block_m is None and self.block_n is None and self.block_k is None
+
+
+UNBLOCKED = MatmulCfg()
+
+
+# -- argument checks ------------------------------------------------------------------------------
+def check_args(a: Any, b: Any) -> tuple[int, int, int]:
+    """Validate ``a (..., M, K)`` and ``b (K, N)``; return ``(M_total, K, N)`` where ``M_total``
+    folds ``a``'s leading dims into M.
+
+    >>> import jax, jax.numpy as jnp
+    >>> check_args(jax.ShapeDtypeStruct((2, 3, 4), jnp.float32), jnp.zeros((4, 5)))
+    (6, 4, 5)
+    """
+    for name, x in (("a", a), ("b", b)):
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            raise TypeError(
+                f"{API}: argument {name} must be an array (jax.Array, nablax Tensor or "
+                f"jax.ShapeDtypeStruct), got {describe(x)}. Fix: wrap it with jnp.asarray"
+            )
+    sa, sb = tuple(a.shape), tuple(b.shape)
+    if len(sb) != 2:
+        raise ShapeError(
+            f"{API}: b must be 2-D (K, N), got b={describe(b)} (a={describe(a)}). Fix: only a may "
+            f"carry batch dims; for batched b use jax.vmap or jnp.matmul"
+        )
+    if len(sa) < 2:
+        raise ShapeError(
+            f"{API}: a must have shape (..., M, K) with at least 2 dims, got a={describe(a)}. "
+            f"Fix: reshape a vector to (1, K) with a[None, :]"
+        )
+    if sa[-1] != sb[0]:
+        raise ShapeError(
+            f"{API}: contraction dims differ: a={describe(a)} has K={sa[-1]} in its last dim but "
+            f"b={describe(b)} has K={sb[0]} in its first. Fix: transpose or reshape so that "
+            f"a.shape[-1] == b.shape[0]"
+        )
+    da, db = np.dtype(a.dtype), np.dtype(b.dtype)
+    if not (jnp.issubdtype(da, jnp.floating) and da == db):
+        raise DTypeError(
+            f"{API}: a and b must share one floating dtype, got a={describe(a)}, b={describe(b)}. "
+            f"Fix: cast both, e.g. b.astype(a.dtype) (integer inputs: cast to float32)"
+        )
+    return math.prod(sa[:-1]), sa[-1], sb[1]
+
+
+def acc_dtype(dtype: Any) -> np.dtype:
+    """Accumulation dtype: float32, or float64 for float64 inputs.
+
+    >>> import jax.numpy as jnp
+    >>> str(acc_dtype(jnp.bfloat16))
+    'float32'
+    """
+    return np.dtype(jnp.promote_types(dtype, jnp.float32))
+
+
+# -- pure-JAX blocked implementation --------------------------------------------------------------
+def _pad2(x: jax.Array, r: int, c: int) -> jax.Array:
+    pr, pc = -x.shape[0] % r, -x.shape[1] % c
+    return jnp.pad(x, ((0, pr), (0, pc))) if pr or pc else x
+
+
+def _k_loop(a_tiles: jax.Array, b_tiles: jax.Array, acc_t: Any) -> jax.Array:
+    """Sum over K tiles: ``a_tiles (kt, bm, bk)``, ``b_tiles (kt, bk, bn)`` → ``(bm, bn)``."""
+    if a_tiles.shape[0] == 1:
+        return lax.dot(a_tiles[0], b_tiles[0], preferred_element_type=acc_t)
+
+    def step(acc, ab):
+        return acc + lax.dot(ab[0], ab[1], preferred_element_type=acc_t), None
+
+    acc0 = jnp.zeros((a_tiles.shape[1], b_tiles.shape[2]), acc_t)
+    return lax.scan(step, acc0, (a_tiles, b_tiles))[0]
+
+
+def blocked_matmul_2d(a: jax.Array, b: jax.Array, cfg: MatmulCfg) -> jax.Array:
+    """``a (M, K) @ b (K, N)`` with ``cfg``'s tiling, float32 accumulation, output in a's dtype.
+
+    >>> import jax.numpy as jnp
+    >>> blocked_matmul_2d(jnp.ones((5, 7)), jnp.ones((7, 3)), MatmulCfg(2, 2, 4))[0].tolist()
+    [7.0, 7.0, 7.0]
+    """
+    (m, k), n = a.shape, b.shape[1]
+    acc_t = acc_dtype(a.dtype)
+    if cfg.unblocked or 0 in (m, n, k):
+        return lax.dot(a, b, preferred_element_type=acc_t).astype(a.dtype)
+    bm, bn, bk = (
+        min(s or d, d) for s, d in zip((cfg.block_m, cfg.block_n, cfg.block_k), (m, n, k))
+    )
+    a, b = _pad2(a, bm, bk), _pad2(b, bk, bn)
+    mt, kt, nt = a.shape[0] // bm, a.shape[1] // bk, b.shape[1] // bn
+    # Tile-major layouts, arranged once outside the loops: a4[i, kk] and b4[j, kk] are tiles.
+    a4 = a.reshape(mt, bm, kt, bk).transpose(0, 2, 1, 3)
+    b4 = b.reshape(kt, bk, nt, bn).transpose(2, 0, 1, 3)
+    if mt * nt == 1:
+        out = _k_loop(a4[0], b4[0], acc_t)[None]
+    else:
+        # A sequential grid over output tiles (the CPU analogue of the GPU grid): bounds the
+        # live accumulator to one (bm, bn) tile.
+        out = lax.map(lambda t: _k_loop(a4[t // nt], b4[t % nt], acc_t), jnp.arange(mt * nt))
+    out = out.reshape(mt, nt, bm, bn).transpose(0, 2, 1, 3).reshape(mt * bm, nt * bn)
+    return out[:m, :n].astype(a.dtype)
+
+
+# -- Pallas (GPU) implementation -------------------------------------------------------------------
+def _pow2_block(want: int | None, default: int, dim: int) -> int:
+    want = default if want is None else want
+    cap = max(_GPU_MIN_BLOCK, next_pow2(dim))
+    return max(_GPU_MIN_BLOCK, min(next_pow2(want), cap))
+
+
+def next_pow2(x: int) -> int:
+    """Smallest power of two >= x (>= 1).
+
+    >>> next_pow2(1), next_pow2(17), next_pow2(64)
+    (1, 32, 64)
+    """
+    return 1 << max(0, int(x) - 1).bit_length()
+
+
+def gpu_blocks(cfg: MatmulCfg, m: int, n: int, k: int) -> tuple[int, int, int]:
+    """The power-of-two tile sizes the Pallas kernel uses for ``cfg`` on an (M, K) x (K, N).
+
+    >>> gpu_blocks(MatmulCfg(100, None, 8), m=1000, n=20, k=512)
+    (128, 32, 16)
+    """
+    fields = (cfg.block_m, cfg.block_n, cfg.block_k)
+    return tuple(_pow2_block(f, d, s) for f, d, s in zip(fields, _GPU_DEFAULT, (m, n, k)))  # type: ignore[return-value]
+
+
+def _matmul_body(a_ref, b_ref, o_ref, *, n_k: int, bk: int) -> None:
+    # a_ref: (bm, Kp) row strip, b_ref: (Kp, bn) column strip; loads are (bm, bk) / (bk, bn).
+    import jax.experimental.pallas as pl
+
+    def step(kk, acc):
+        at = a_ref[:, pl.ds(kk * bk, bk)]
+        bt = b_ref[pl.ds(kk * bk, bk), :]
+        return acc + jnp.dot(at, bt, preferred_element_type=jnp.float32)
+
+    acc = lax.fori_loop(0, n_k, step, jnp.zeros(o_ref.shape, jnp.float32))
+    o_ref[...] = acc.astype(o_ref.dtype)
+
+
+def pallas_matmul_2d(
+    a: jax.Array, b: jax.Array, cfg: MatmulCfg, *, interpret: bool = False
+) -> jax.Array:
+    """``a (M, K) @ b (K, N)`` with a tiled Pallas kernel (grid over output tiles, loop over K).
+
+    ``interpret=True`` runs the kernel body on any backend (slow; for tests).
+
+    >>> import jax, jax.numpy as jnp
+    >>> a, b = jnp.ones((40, 24)), jnp.ones((24, 8))
+    >>> jax.eval_shape(lambda a, b: pallas_matmul_2d(a, b, MatmulCfg(16, 16, 16)), a, b).shape
+    (40, 8)
+    """
+    import jax.experimental.pallas as pl
+    from jax.experimental.pallas import triton as pltriton
+
+    (m, k), n = a.shape, b.shape[1]
+    if cfg.unblocked or 0 in (m, n, k):
+        return blocked_matmul_2d(a, b, UNBLOCKED)
+    bm, bn, bk = gpu_blocks(cfg, m, n, k)
+    a, b = _pad2(a, bm, bk), _pad2(b, bk, bn)
+    (mp, kp), np_ = a.shape, b.shape[1]
+    out = pl.pallas_call(
+        functools.partial(_matmul_body, n_k=kp // bk, bk=bk),
+        out_shape=jax.ShapeDtypeStruct((mp, np_), a.dtype),
+        grid=(mp // bm, np_ // bn),
+        in_specs=[
+            pl.BlockSpec((bm, kp), lambda i, j: (i, 0)),
+            pl.BlockSpec((kp, bn), lambda i, j: (0, j)),
+        ],
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j: (i, j)),
+        compiler_params=pltriton.CompilerParams(num_warps=8 if bm * bn >= 128 * 128 else 4),
+        interpret=interpret,
+        name="nablax_matmul",
+    )(a, b)
+    return out[:m, :n]
+
+
+# -- the kernel -----------------------------------------------------------------------------------
+def _as_2d(a: jax.Array) -> jax.Array:
+    return a.reshape(-1, a.shape[-1])
+
+
+def _vjp_with(impl, a: jax.Array, b: jax.Array, dy: jax.Array, cfg: MatmulCfg) -> tuple:
+    """``da = dy @ b.T``, ``db = a.T @ dy`` with ``cfg``'s tiles mapped onto each product's dims."""
+    dy2 = _as_2d(dy).astype(a.dtype)
+    # da: (M, N) @ (N, K) tiles its output cols with block_k and its contraction with block_n.
+    da = impl(dy2, b.T, MatmulCfg(cfg.block_m, cfg.block_k, cfg.block_n))
+    # db: (K, M) @ (M, N) tiles its output rows with block_k and contracts over M with block_m.
+    db = impl(_as_2d(a).T, dy2, MatmulCfg(cfg.block_k, cfg.block_n, cfg.block_m))
+    return da.reshape(a.shape).astype(a.dtype), db.astype(b.dtype)
+
+
+def _cpu_candidates(m: int, k: int, n: int) -> list[MatmulCfg]:
+    def fit(v: int | None, d: int) -> int | None:
+        return None if v is None or v >= d else v  # a tile covering the dim is "untiled"
+
+    raw = [
+        (None, None, None),
+        (None, None, 512),
+        (None, None, 128),
+        (256, None, None),
+        (512, None, 256),
+        (128, 128, 128),
+        (256, 256, 256),
+        (512, 512, None),
+    ]
+    out: list[MatmulCfg] = []
+    for bm, bn, bk in raw:
+        c = MatmulCfg(fit(bm, m), fit(bn, n), fit(bk, k))
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def _gpu_candidates(m: int, k: int, n: int) -> list[MatmulCfg]:
+    out = [UNBLOCKED]
+    for bm, bn, bk in [(128, 128, 32), (64, 64, 32), (128, 64, 32), (64, 128, 32), (128, 128, 64),
+                       (64, 64, 64), (32, 32, 32)]:  # fmt: skip
+        c = MatmulCfg(*gpu_blocks(MatmulCfg(bm, bn, bk), m, n, k))
+        if c not in out:
+            out.append(c)
+    return out
+
+
+class Matmul(Kernel[MatmulCfg, jax.Array]):
+    """``a (..., M, K) @ b (K, N)`` → ``(..., M, N)`` in ``a``'s dtype (float32 accumulation).
+
+    >>> import jax.numpy as jnp
+    >>> k = Matmul("matmul")
+    >>> a, b = jnp.arange(6.0).reshape(2, 3), jnp.ones((3, 2))
+    >>> k.run(a, b, cfg=MatmulCfg(block_k=2)).tolist()
+    [[3.0, 3.0], [12.0, 12.0]]
+    """
+
+    def prepare(self, *args: Any, **kw: Any) -> tuple[tuple, dict]:
+        """Check the shapes and dtypes before a config is chosen (clear errors early)."""
+        if len(args) != 2 or kw:
+            raise TypeError(
+                f"{API}: takes exactly two arrays (a, b) and no keyword options besides cfg, got "
+                f"{len(args)} positional and keywords {sorted(kw)}. Fix: call matmul(a, b)"
+            )
+        check_args(*args)
+        return args, kw
+
+    def run(self, a: jax.Array, b: jax.Array, *, cfg: MatmulCfg | None = None) -> jax.Array:
+        """Pure-JAX blocked matmul (see :func:`blocked_matmul_2d`); jit-traceable."""
+        check_args(a, b)
+        out = blocked_matmul_2d(_as_2d(a), b, cfg or UNBLOCKED)
+        return out.reshape(*a.shape[:-1], b.shape[1])
+
+    def run_gpu(self, a: jax.Array, b: jax.Array, *, cfg: MatmulCfg | None = None) -> jax.Array:
+        """The Pallas kernel (module switch ``INTERPRET`` runs it in interpret mode)."""
+        check_args(a, b)
+        out = pallas_matmul_2d(_as_2d(a), b, cfg or UNBLOCKED, interpret=INTERPRET)
+        return out.reshape(*a.shape[:-1], b.shape[1])
+
+    def heuristic_cfg(self, inv: Invocation) -> MatmulCfg:
+        """On CPU XLA's own dot (Eigen, already cache-blocked) wins at every size we measured."""
+        check_args(*inv.args)
+        return UNBLOCKED
+
+    def heuristic_cfg_gpu(self, inv: Invocation) -> MatmulCfg:
+        """A 128x128x32 tile (clipped to the problem), the usual Triton starting point."""
+        m, k, n = check_args(*inv.args)
+        return MatmulCfg(*gpu_blocks(MatmulCfg(*_GPU_DEFAULT), m, n, k))
+
+    def candidate_cfgs(self, inv: Invocation) -> list[MatmulCfg]:
+        """Up to 8 configs, always including the unblocked one (so tuning never loses to XLA)."""
+        return _cpu_candidates(*check_args(*inv.args))
+
+    def candidate_cfgs_gpu(self, inv: Invocation) -> list[MatmulCfg]:
+        """XLA's dot (cuBLAS) plus up to 7 Pallas tilings, including the heuristic's."""
+        return _gpu_candidates(*check_args(*inv.args))
+
+    def fwd_with_residuals(self, a, b, *, cfg: MatmulCfg | None = None) -> tuple[jax.Array, None]:
+        """The output; no residuals (the backward pass needs only ``a`` and ``b``)."""
+        return self.run(a, b, cfg=cfg), None
+
+    def fwd_with_residuals_gpu(self, a, b, *, cfg: MatmulCfg | None = None) -> tuple:
+        """As ``fwd_with_residuals`` with the Pallas forward."""
+        return self.run_gpu(a, b, cfg=cfg), None
+
+    def vjp(self, res: Any, y: Any, dy: jax.Array, a, b, *, cfg: MatmulCfg | None = None) -> tuple:
+        """``(da, db)``: ``dy @ b.T`` and ``a.T @ dy`` (summed over a's batch dims), blocked."""
+        check_args(a, b)
+        return _vjp_with(blocked_matmul_2d, a, b, dy, cfg or UNBLOCKED)
+
+    def vjp_gpu(self, res: Any, y: Any, dy: jax.Array, a, b, *, cfg: MatmulCfg | None = None):
+        """As ``vjp`` with the Pallas kernel for both products."""
+        check_args(a, b)
+        impl = functools.partial(pallas_matmul_2d, interpret=INTERPRET)
+        return _vjp_with(impl, a, b, dy, cfg or UNBLOCKED)
+
+
+def matmul_reference(a: jax.Array, b: jax.Array) -> jax.Array:
+    """Plain ``a @ b`` with float32 accumulation, the ground truth for tests.
+
+    >>> import jax.numpy as jnp
+    >>> matmul_reference(jnp.eye(2), jnp.full((2, 3), 2.0)).shape
+    (2, 3)
+    """
+    check_args(a, b)
+    return jnp.matmul(a, b, preferred_element_type=acc_dtype(a.dtype)).astype(a.dtype)
+
+
+MATMUL = Matmul("matmul")

@@ -1,0 +1,335 @@
+"""How a kernel call gets its config: ``ConfigSelectorChain`` and its scoped controls.
+
+Order (first hit wins): explicit ``cfg=`` (this call only: never cached, never persisted) →
+overlay (``overlay_cache``, scoped by contextvars) → memory ``ConfigCache`` → ``PersistentCache`` →
+autotune (``Tuner``) → heuristic → ``NoConfigError`` naming the op and the call key.
+
+``AutotunePolicy`` says what a cache miss may do; ``policy_override`` changes a chain's policy for
+a block of code in the current thread / task only. A heuristic result is stored with source
+``"heuristic"``: a later lookup under a policy that wants autotuning ignores it and tunes, so a
+process without autotuning never blocks a later one from tuning.
+
+>>> import dataclasses, jax.numpy as jnp
+>>> from nablax.kernels import (Kernel, Invocation, ConfigSelectorChain, ConfigCache,
+...     AutotunePolicy, overlay_cache, device_fingerprint)
+>>> @dataclasses.dataclass(frozen=True)
+... class Cfg:
+...     tile: int
+>>> class Double(Kernel):
+...     def run(self, x, *, cfg):
+...         return x * 2
+...     def heuristic_cfg(self, inv):
+...         return Cfg(8)
+>>> k = Double("double")
+>>> chain = ConfigSelectorChain(ConfigCache(), AutotunePolicy(allow_autotune=False),
+...                             persistent=False)
+>>> inv = Invocation(k.versioned_id, (jnp.ones(4),), {})
+>>> chain.select(inv, k)
+Choice(cfg=Cfg(tile=8), source='heuristic')
+>>> with overlay_cache({(device_fingerprint(), k.versioned_id, inv.call_key): Cfg(2)}):
+...     chain.choose(inv, k)
+Cfg(tile=2)
+>>> chain.select(inv, k).source
+'memory'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import threading
+import warnings
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .. import _config
+from ..errors import NoConfigError
+from .cache import ConfigCache, PersistentCache, cfg_to_json
+from .fingerprint import device_fingerprint, get_device_platform
+from .invocation import Invocation
+from .kernel import Kernel, check_cfg
+from .tuner import Tuner
+
+_FALLBACKS = ("autotune", "heuristic", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class AutotunePolicy:
+    """What a cache miss may do.
+
+    ``cache_miss_fallback``: ``"autotune"`` (tune, else heuristic), ``"heuristic"`` (heuristic,
+    else tune) or ``"error"`` (raise ``NoConfigError``). ``allow_autotune`` / ``allow_heuristics``
+    switch the two steps off.
+    """
+
+    allow_autotune: bool = True
+    allow_heuristics: bool = True
+    cache_miss_fallback: str = "autotune"
+
+    def __post_init__(self) -> None:
+        if self.cache_miss_fallback not in _FALLBACKS:
+            raise ValueError(
+                f"nablax.kernels.AutotunePolicy: cache_miss_fallback must be one of {_FALLBACKS}, "
+                f"got {self.cache_miss_fallback!r}"
+            )
+
+    @property
+    def wants_autotune(self) -> bool:
+        return self.allow_autotune and self.cache_miss_fallback == "autotune"
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A chosen config and where it came from (override, overlay, memory, persistent, autotune,
+    heuristic)."""
+
+    cfg: Any
+    source: str
+
+
+_overlays: contextvars.ContextVar[tuple[Mapping, ...]] = contextvars.ContextVar(
+    "nablax_kernel_overlays", default=()
+)
+_policies: contextvars.ContextVar[dict[int, AutotunePolicy] | None] = contextvars.ContextVar(
+    "nablax_kernel_policies", default=None
+)
+
+
+@contextlib.contextmanager
+def overlay_cache(entries: Mapping[tuple[str, str, str], Any]) -> Iterator[None]:
+    """Use these configs, keyed ``(device, versioned_op_id, call_key)``, ahead of every cache in
+    this block (current thread / task only; nothing is stored anywhere). Inner overlays win."""
+    if not isinstance(entries, Mapping):
+        raise TypeError(
+            f"nablax.kernels.overlay_cache: expected a mapping {{(device, op_id, call_key): cfg}}, "
+            f"got {type(entries).__name__}"
+        )
+    for key in entries:
+        if not (isinstance(key, tuple) and len(key) == 3 and all(isinstance(k, str) for k in key)):
+            raise TypeError(
+                f"nablax.kernels.overlay_cache: keys must be (device, versioned_op_id, call_key) "
+                f"string triples, got {key!r}"
+            )
+    token = _overlays.set((dict(entries),) + _overlays.get())
+    try:
+        yield
+    finally:
+        _overlays.reset(token)
+
+
+@contextlib.contextmanager
+def policy_override(
+    selector: ConfigSelectorChain,
+    allow_autotune: bool | None = None,
+    allow_heuristics: bool | None = None,
+    cache_miss_fallback: str | None = None,
+) -> Iterator[AutotunePolicy]:
+    """Change ``selector``'s policy in this block (current thread / task only). Yields the policy
+    in force."""
+    if not isinstance(selector, ConfigSelectorChain):
+        raise TypeError(
+            f"nablax.kernels.policy_override: selector must be a ConfigSelectorChain, got "
+            f"{type(selector).__name__} (an Executor's chain is executor.chooser)"
+        )
+    changes = {
+        k: v
+        for k, v in (
+            ("allow_autotune", allow_autotune),
+            ("allow_heuristics", allow_heuristics),
+            ("cache_miss_fallback", cache_miss_fallback),
+        )
+        if v is not None
+    }
+    policy = dataclasses.replace(selector.policy, **changes)
+    token = _policies.set({**(_policies.get() or {}), id(selector): policy})
+    try:
+        yield policy
+    finally:
+        _policies.reset(token)
+
+
+def overlay_lookup(key: tuple[str, str, str]) -> Any:
+    for layer in _overlays.get():
+        cfg = layer.get(key)
+        if cfg is not None:
+            return cfg
+    return None
+
+
+def overlays_active() -> bool:
+    return bool(_overlays.get())
+
+
+class ConfigSelectorChain:
+    """Chooses configs (see the module docstring).
+
+    ``cache``: memory cache (default: a new ``ConfigCache``); ``policy``: default
+    ``AutotunePolicy(allow_autotune=<NABLAX_AUTOTUNE>)``; ``tuner``: default ``Tuner()``;
+    ``persistent``: a ``PersistentCache``, None for the default database (opened on first use), or
+    False for none.
+    """
+
+    def __init__(
+        self,
+        cache: ConfigCache | None = None,
+        policy: AutotunePolicy | None = None,
+        tuner: Tuner | None = None,
+        persistent: PersistentCache | None | bool = None,
+    ) -> None:
+        self.cache = cache if cache is not None else ConfigCache()
+        self._policy = policy or AutotunePolicy(allow_autotune=_config.get("autotune"))
+        self.tuner = tuner if tuner is not None else Tuner()
+        self._persistent = persistent
+        self._locks: dict[tuple, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._untunable: set[tuple] = set()
+
+    @property
+    def policy(self) -> AutotunePolicy:
+        """The policy in force here (a ``policy_override`` of this thread / task, else the chain's
+        own)."""
+        scoped = _policies.get()
+        if scoped:
+            p = scoped.get(id(self))
+            if p is not None:
+                return p
+        return self._policy
+
+    @property
+    def persistent(self) -> PersistentCache | None:
+        if self._persistent is None:
+            with self._locks_guard:
+                if self._persistent is None:
+                    self._persistent = PersistentCache()
+        return None if self._persistent is False else self._persistent
+
+    def choose(self, inv: Invocation, kernel: Kernel) -> Any:
+        """The config for ``inv`` (see the module docstring for the order)."""
+        return self.select(inv, kernel).cfg
+
+    def select(self, inv: Invocation, kernel: Kernel) -> Choice:
+        """Like ``choose``, also saying which step of the chain answered."""
+        if inv.op_id != kernel.versioned_id:
+            raise ValueError(
+                f"nablax.kernels.ConfigSelectorChain.choose: the invocation is for {inv.op_id!r} "
+                f"but the kernel is {kernel.versioned_id!r}"
+            )
+        if inv.override_cfg is not None:
+            check_cfg(kernel, inv.override_cfg, "cfg=")
+            return Choice(inv.override_cfg, "override")
+        key = (device_fingerprint(), inv.op_id, inv.call_key)
+        cfg = overlay_lookup(key)
+        if cfg is not None:
+            return Choice(cfg, "overlay")
+        policy = self.policy
+        hit = self._cached(key, policy)
+        if hit is not None:
+            return hit
+        with self._key_lock(key):  # one tuning per key, however many threads miss at once
+            hit = self._cached(key, policy)
+            if hit is not None:
+                return hit
+            return self._miss(inv, kernel, key, policy)
+
+    def tune(self, inv: Invocation, kernel: Kernel) -> tuple[Choice, Any]:
+        """Time the candidates of ``inv`` now, whatever the caches hold, and store the winner
+        (``nablax tune`` uses this). Returns the choice and the ``TuneResult``."""
+        plat, sm = get_device_platform(), inv.method == "shard_map"
+        candidates = list(kernel.hook("candidate_cfgs", plat, sm)(inv) or ())
+        if not candidates:
+            raise self._no_config(
+                inv, (device_fingerprint(),), "the kernel has no candidate configs"
+            )
+        for c in candidates:
+            check_cfg(kernel, c, "candidate_cfgs")
+        key = (device_fingerprint(), inv.op_id, inv.call_key)
+        with self._key_lock(key):
+            result = self.tuner.tune(kernel, inv, candidates)
+            if result.best is None:
+                raise self._no_config(inv, key, "every candidate failed")
+            self._store(key, inv, result.best, "autotune", _timing_rows(result.timings))
+        return Choice(result.best, "autotune"), result
+
+    def _usable(self, entry: Any, key: tuple, policy: AutotunePolicy) -> bool:
+        return entry.source != "heuristic" or not policy.wants_autotune or key in self._untunable
+
+    def _cached(self, key: tuple, policy: AutotunePolicy) -> Choice | None:
+        entry = self.cache.get_entry(*key)
+        if entry is not None and self._usable(entry, key, policy):
+            return Choice(entry.cfg, "memory")
+        store = self.persistent
+        if store is not None:
+            entry = store.get_entry(*key)
+            if entry is not None and self._usable(entry, key, policy):
+                self.cache.put(*key, entry.cfg, source=entry.source, timings=entry.timings)
+                return Choice(entry.cfg, "persistent")
+        return None
+
+    def _key_lock(self, key: tuple) -> threading.Lock:
+        with self._locks_guard:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = self._locks[key] = threading.Lock()
+            return lock
+
+    def _miss(self, inv: Invocation, kernel: Kernel, key: tuple, policy: AutotunePolicy) -> Choice:
+        if policy.cache_miss_fallback == "error":
+            raise self._no_config(inv, key, "the policy's cache_miss_fallback is 'error'")
+        order = ("autotune", "heuristic")
+        if policy.cache_miss_fallback == "heuristic":
+            order = ("heuristic", "autotune")
+        tried, timings = [], ()
+        plat, sm = get_device_platform(), inv.method == "shard_map"
+        for step in order:
+            if step == "autotune" and policy.allow_autotune:
+                candidates = list(kernel.hook("candidate_cfgs", plat, sm)(inv) or ())
+                for c in candidates:
+                    check_cfg(kernel, c, "candidate_cfgs")
+                if not candidates:
+                    tried.append("autotune (the kernel has no candidate configs)")
+                    self._untunable.add(key)
+                    continue
+                result = self.tuner.tune(kernel, inv, candidates)
+                timings = _timing_rows(result.timings)
+                if result.best is not None:
+                    self._store(key, inv, result.best, "autotune", timings)
+                    return Choice(result.best, "autotune")
+                tried.append("autotune (every candidate failed)")
+                self._untunable.add(key)
+            elif step == "heuristic" and policy.allow_heuristics:
+                cfg = kernel.hook("heuristic_cfg", plat, sm)(inv)
+                if cfg is not None:
+                    check_cfg(kernel, cfg, "heuristic_cfg")
+                    self._store(key, inv, cfg, "heuristic", timings)
+                    return Choice(cfg, "heuristic")
+                tried.append("heuristic (heuristic_cfg returned None)")
+            else:
+                tried.append(f"{step} (not allowed by the policy)")
+        raise self._no_config(inv, key, "tried " + ", ".join(tried))
+
+    def _store(self, key: tuple, inv: Invocation, cfg: Any, source: str, timings: tuple) -> None:
+        self.cache.put(*key, cfg, source=source, timings=timings)
+        store = self.persistent
+        if store is not None:
+            try:
+                store.put(*key, cfg, source=source, timings=timings, signature=inv.signature)
+            except Exception as e:  # noqa: BLE001 - a read-only disk must not stop the call
+                warnings.warn(
+                    f"nablax.kernels: could not store the config of {inv.op_id} in {store.path}: "
+                    f"{e}",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+
+    @staticmethod
+    def _no_config(inv: Invocation, key: tuple, why: str) -> NoConfigError:
+        return NoConfigError(
+            f"nablax.kernels: no config for {inv.op_id} (call key {inv.call_key}; {inv.signature}) "
+            f"on {key[0]}: {why}. Fix: pass cfg=..., allow autotuning or heuristics "
+            f"(AutotunePolicy), or give the kernel heuristic_cfg / candidate_cfgs"
+        )
+
+
+def _timing_rows(timings) -> tuple:
+    return tuple((cfg_to_json(t.cfg), float(t.median_s), t.error) for t in timings)

@@ -1,0 +1,478 @@
+"""Tests of nablax/kernels/cache.py: config JSON, the memory LRU cache and the SQLite cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nablax import _config
+from nablax.kernels.cache import (
+    CacheEntry,
+    ConfigCache,
+    PersistentCache,
+    cfg_from_json,
+    cfg_to_json,
+)
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+DEV, OP = "cpu|test-device", "matmul@v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Cfg:
+    block_m: int = 128
+    block_n: int = 64
+    scale: float = 0.5
+    name: str = "tile"
+    split_k: int | None = None
+    swizzle: bool = False
+    tiles: tuple = (1, (2, 3))
+
+
+@dataclasses.dataclass
+class MutableCfg:
+    block: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ListCfg:
+    blocks: object = dataclasses.field(default_factory=lambda: [1, 2])
+
+
+@pytest.fixture
+def db(tmp_path):
+    cache = PersistentCache(tmp_path / "kernels.sqlite")
+    yield cache
+    cache.close()
+
+
+# --- configs <-> JSON ----------------------------------------------------------------------------
+
+
+def test_cfg_round_trip_keeps_types():
+    cfg = Cfg(block_m=32, scale=-0.0, split_k=None, swizzle=True, tiles=(4, (5, None), 1.5))
+    back = cfg_from_json(cfg_to_json(cfg))
+    assert back == cfg and type(back) is Cfg
+    assert type(back.tiles) is tuple and type(back.tiles[1]) is tuple
+    assert math.copysign(1.0, back.scale) == -1.0
+    inf_cfg = Cfg(scale=math.inf)
+    assert cfg_from_json(cfg_to_json(inf_cfg)).scale == math.inf
+
+
+def test_cfg_json_is_stable_and_sorted():
+    s = cfg_to_json(Cfg())
+    assert s == cfg_to_json(Cfg())
+    assert s.index('"block_m"') < s.index('"block_n"') < s.index('"name"') < s.index('"tiles"')
+    assert f'"type":"{Cfg.__module__}:Cfg"' in s
+
+
+def test_cfg_class_defined_in_a_function_round_trips_in_process():
+    @dataclasses.dataclass(frozen=True)
+    class LocalCfg:
+        unroll: int = 2
+
+    assert cfg_from_json(cfg_to_json(LocalCfg(4))) == LocalCfg(4)
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (object(), ["frozen dataclass", "object"]),
+        (Cfg, ["frozen dataclass"]),
+        (MutableCfg(), ["MutableCfg", "not frozen", "frozen=True"]),
+        (ListCfg(), ["ListCfg", "'blocks'", "list", "tuple"]),
+        (Cfg(block_m=np.int64(3)), ["Cfg", "'block_m'", "int64", "int(x)"]),
+        (Cfg(name={"a": 1}), ["'name'", "dict"]),
+    ],
+)
+def test_cfg_to_json_refuses_unstorable_configs(bad, words):
+    with pytest.raises(TypeError) as e:
+        cfg_to_json(bad)
+    msg = str(e.value)
+    assert msg.startswith("nablax.kernels.cache.cfg_to_json") and "Fix" in msg
+    for w in words:
+        assert w in msg
+
+
+def test_cfg_from_json_errors():
+    with pytest.raises(ValueError, match="not a stored config"):
+        cfg_from_json("not json")
+    with pytest.raises(ValueError, match="not a stored config"):
+        cfg_from_json('{"fields": {}}')
+    with pytest.raises(TypeError, match="cannot be imported"):
+        cfg_from_json('{"type": "no_such_module_xyz:Cfg", "fields": {}}')
+    with pytest.raises(TypeError, match="no longer accepts"):
+        cfg_from_json(f'{{"type": "{Cfg.__module__}:Cfg", "fields": {{"gone": 1}}}}')
+
+
+# --- memory cache --------------------------------------------------------------------------------
+
+
+def test_memory_lru_eviction_order_and_stats():
+    cache = ConfigCache(max_entries=3)
+    for k in "abc":
+        cache.put(DEV, OP, k, Cfg(name=k))
+    assert cache.get(DEV, OP, "a") == Cfg(name="a")  # a becomes most recent; b is now oldest
+    cache.put(DEV, OP, "d", Cfg(name="d"))
+    assert cache.get(DEV, OP, "b") is None
+    cache.put(DEV, OP, "e", Cfg(name="e"))  # evicts c
+    assert [cache.get(DEV, OP, k) is not None for k in "abcde"] == [True, False, False, True, True]
+    assert cache.stats() == {"hits": 4, "misses": 3, "size": 3, "max_entries": 3, "evictions": 2}
+    assert len(cache) == 3
+
+
+def test_memory_put_overwrites_and_keeps_entry_details():
+    cache = ConfigCache()
+    cache.put(DEV, OP, "k", Cfg(1))
+    timings = [(Cfg(2), 0.25, None), (cfg_to_json(Cfg(3)), math.inf, ValueError("boom"))]
+    cache.put(DEV, OP, "k", Cfg(2), source="heuristic", timings=timings, signature="f32[2,2]")
+    e = cache.get_entry(DEV, OP, "k")
+    assert isinstance(e, CacheEntry) and e.cfg == Cfg(2) and len(cache) == 1
+    assert (e.source, e.signature, e.package_version) == ("heuristic", "f32[2,2]", "0.1.0")
+    assert e.timings[0] == (cfg_to_json(Cfg(2)), 0.25, None)
+    assert e.timings[1] == (cfg_to_json(Cfg(3)), math.inf, "ValueError: boom")
+    assert abs(e.created - time.time()) < 60
+    assert cache.get_entry(DEV, OP, "other") is None
+    assert cache.get_entry("gpu|x", OP, "k") is None  # the device is part of the key
+
+
+def test_memory_generation_bumps_and_clear_resets():
+    cache = ConfigCache()
+    g0 = cache.generation
+    cache.put(DEV, OP, "k", Cfg())
+    g1 = cache.generation
+    cache.get(DEV, OP, "k")
+    assert g1 > g0 and cache.generation == g1  # a get does not bump it
+    cache.clear()
+    assert cache.generation > g1 and len(cache) == 0
+    assert cache.stats() == {"hits": 0, "misses": 0, "size": 0, "max_entries": 4096, "evictions": 0}
+
+
+def test_memory_argument_errors():
+    with pytest.raises(ValueError, match=r"ConfigCache: max_entries .* Fix"):
+        ConfigCache(max_entries=0)
+    cache = ConfigCache()
+    with pytest.raises(TypeError, match=r"ConfigCache.put: argument 'call_key' must be a str"):
+        cache.put(DEV, OP, 3, Cfg())
+    with pytest.raises(ValueError, match=r"ConfigCache.put: source='tuned'"):
+        cache.put(DEV, OP, "k", Cfg(), source="tuned")
+    with pytest.raises(TypeError, match="each item of timings"):
+        cache.put(DEV, OP, "k", Cfg(), timings=[(Cfg(), 1.0)])
+
+
+def test_memory_threads_hammering_stay_consistent():
+    cache = ConfigCache(max_entries=40)
+    n_threads, n_ops, errors, wrong = 8, 2000, [], []
+    barrier = threading.Barrier(n_threads)
+
+    def work(t):
+        try:
+            barrier.wait()
+            for i in range(n_ops):
+                k = (i * 7 + t) % 64  # overlapping keys, more than fit: evictions happen
+                if i % 3 == 0:
+                    cache.put(DEV, OP, str(k), Cfg(block_m=k))
+                got = cache.get(DEV, OP, str(k))
+                if got is not None and got.block_m != k:
+                    wrong.append((k, got))
+        except Exception as e:  # reported below, with the thread that raised it
+            errors.append((t, e))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == [] and wrong == []
+    s = cache.stats()
+    assert s["hits"] + s["misses"] == n_threads * n_ops
+    assert s["size"] == len(cache) == 40
+    puts = n_threads * len(range(0, n_ops, 3))
+    assert cache.generation == puts and s["evictions"] > 0
+
+
+# --- persistent cache ----------------------------------------------------------------------------
+
+
+def test_persistent_entries_survive_a_new_object(tmp_path):
+    path = tmp_path / "sub" / "dir" / "kernels.sqlite"  # parent folders are created
+    with PersistentCache(path) as cache:
+        cache.put(DEV, OP, "k1", Cfg(block_m=16, tiles=(1, (2, 3))))
+        cache.put(DEV, "attention@v2", "k2", Cfg(name="attn"), source="heuristic")
+    again = PersistentCache(str(path))
+    assert again.path == path and path.exists()
+    assert again.get(DEV, OP, "k1") == Cfg(block_m=16, tiles=(1, (2, 3)))
+    assert again.get(DEV, "attention@v2", "k2") == Cfg(name="attn")
+    assert again.get(DEV, OP, "k2") is None and again.get("gpu|other", OP, "k1") is None
+    assert len(again) == 2
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == 1
+    again.close()
+
+
+def test_persistent_entry_details_round_trip(db):
+    timings = [
+        (Cfg(1), 0.003, None),
+        (Cfg(2), math.inf, "RESOURCE_EXHAUSTED: out of memory"),
+        (cfg_to_json(Cfg(3)), float("nan"), RuntimeError("bad")),
+    ]
+    before = time.time()
+    db.put(DEV, OP, "k", Cfg(1), source="autotune", timings=timings, signature="a: f32[8,8]")
+    e = PersistentCache(db.path).get_entry(DEV, OP, "k")
+    assert (e.device, e.op_id, e.call_key, e.cfg) == (DEV, OP, "k", Cfg(1))
+    assert (e.source, e.signature, e.package_version) == ("autotune", "a: f32[8,8]", "0.1.0")
+    assert before - 1 <= e.created <= time.time() + 1
+    assert e.timings[:2] == (
+        (cfg_to_json(Cfg(1)), 0.003, None),
+        (cfg_to_json(Cfg(2)), math.inf, "RESOURCE_EXHAUSTED: out of memory"),
+    )
+    assert math.isnan(e.timings[2][1]) and e.timings[2][2] == "RuntimeError: bad"
+    db.put(DEV, OP, "k", Cfg(4), source="heuristic")  # upsert replaces every column
+    e2 = db.get_entry(DEV, OP, "k")
+    assert (e2.cfg, e2.source, e2.timings, e2.signature) == (Cfg(4), "heuristic", (), "")
+    assert len(db) == 1
+
+
+def test_persistent_entries_delete_clear_len(db):
+    for i in range(3):
+        db.put(DEV, OP, f"m{i}", Cfg(block_m=i))
+    db.put("gpu|h100", OP, "m0", Cfg(block_m=99))
+    db.put(DEV, "attention@v1", "a0", Cfg(name="a"))
+    assert len(db) == 5
+    assert [(e.device, e.call_key) for e in db.entries(OP)] == [
+        ("cpu|test-device", "m0"), ("cpu|test-device", "m1"), ("cpu|test-device", "m2"),
+        ("gpu|h100", "m0"),
+    ]  # fmt: skip
+    assert [e.op_id for e in db.entries()] == ["attention@v1"] + [OP] * 4
+    assert db.delete("no-such-op@v1") == 0
+    assert db.delete(OP) == 4 and len(db) == 1 and db.get(DEV, OP, "m0") is None
+    db.record_invocation(OP, "m0", '{"a": "f32[2]"}')
+    db.clear()
+    assert len(db) == 0 and db.entries() == [] and db.recorded() == []
+    db.put(DEV, OP, "x", Cfg())
+    assert db.delete() == 1
+
+
+def test_persistent_recorded_invocations(db):
+    db.record_invocation(OP, "k1", '{"a": "f32[2,2]"}')
+    db.record_invocation(OP, "k1", '{"a": "f32[2,2]"}')
+    db.record_invocation("attention@v1", "k9", "{}")
+    assert db.recorded() == [("attention@v1", "k9", "{}", 1), (OP, "k1", '{"a": "f32[2,2]"}', 2)]
+    assert db.recorded(OP) == [(OP, "k1", '{"a": "f32[2,2]"}', 2)]
+    assert len(db) == 0  # invocations are not configs
+    with pytest.raises(TypeError, match=r"record_invocation: signature_json must be a str"):
+        db.record_invocation(OP, "k1", {"a": 1})
+
+
+def test_persistent_put_errors_name_the_api(db):
+    with pytest.raises(TypeError, match=r"PersistentCache.put: config class MutableCfg .*Fix"):
+        db.put(DEV, OP, "k", MutableCfg())
+    with pytest.raises(TypeError, match=r"PersistentCache.put: argument 'device' must be a str"):
+        db.put(None, OP, "k", Cfg())
+    with pytest.raises(ValueError, match=r"PersistentCache.put: source="):
+        db.put(DEV, OP, "k", Cfg(), source="manual")
+    with pytest.raises(ValueError, match=r"in-memory.*Fix"):
+        PersistentCache(":memory:")
+    with pytest.raises(ValueError, match=r"is a directory.*Fix"):
+        PersistentCache(db.path.parent)
+    assert len(db) == 0
+
+
+def test_persistent_stale_class_returns_none_with_one_warning(db):
+    db.put(DEV, OP, "k", Cfg())
+    db.put(DEV, OP, "ok", Cfg(7))
+    with sqlite3.connect(db.path) as raw:
+        raw.execute(
+            "UPDATE configs SET cfg_json = ? WHERE call_key = 'k'",
+            ('{"fields": {"a": 1}, "type": "gone_module_xyz:OldCfg"}',),
+        )
+    with pytest.warns(RuntimeWarning, match="gone_module_xyz:OldCfg cannot be imported"):
+        assert db.get(DEV, OP, "k") is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # warned once per entry, not on every lookup
+        assert db.get(DEV, OP, "k") is None and db.get_entry(DEV, OP, "k") is None
+        assert [e.call_key for e in db.entries()] == ["ok"]
+    assert len(db) == 2
+
+
+def test_default_path_follows_cache_dir_option(tmp_path):
+    with _config.override(cache_dir=str(tmp_path / "nx-cache")):
+        cache = PersistentCache()
+    assert cache.path == tmp_path / "nx-cache" / "kernels.sqlite"
+    cache.put(DEV, OP, "k", Cfg())
+    assert cache.path.exists() and PersistentCache(cache.path).get(DEV, OP, "k") == Cfg()
+    cache.close()
+
+
+def test_put_waits_for_another_writer(db):
+    db.put(DEV, OP, "k0", Cfg())
+    raw = sqlite3.connect(db.path, isolation_level=None, check_same_thread=False)
+    raw.execute("BEGIN IMMEDIATE")  # hold the write lock for a while
+    threading.Timer(0.3, lambda: raw.execute("COMMIT")).start()
+    t0 = time.perf_counter()
+    db.put(DEV, OP, "k1", Cfg(1))
+    assert time.perf_counter() - t0 >= 0.2
+    assert db.get(DEV, OP, "k1") == Cfg(1)
+    raw.close()
+
+
+def test_threads_hammering_one_persistent_cache(db):
+    n_threads, n_ops, n_keys, errors, wrong = 8, 60, 40, [], []
+    barrier = threading.Barrier(n_threads)
+
+    def work(t):
+        try:
+            barrier.wait()
+            for i in range(n_ops):
+                k = (i + t * 5) % n_keys  # threads overlap; together they put every key
+                if i % 3 != 1:
+                    db.put(DEV, OP, f"k{k}", Cfg(block_m=k), timings=[(Cfg(k), 0.1, None)])
+                got = db.get(DEV, OP, f"k{k}")
+                if got is not None and got != Cfg(block_m=k):
+                    wrong.append((k, got))
+        except Exception as e:  # reported below
+            errors.append((t, repr(e)))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == [] and wrong == []
+    assert len(db) == n_keys
+    assert all(db.get(DEV, OP, f"k{k}") == Cfg(block_m=k) for k in range(n_keys))
+
+
+_WORKER = """
+import pathlib, sys, time
+sys.path.insert(0, {mod_dir!r})
+from nablax.kernels.cache import PersistentCache
+from worker_cfg import WCfg
+w, folder = int(sys.argv[1]), pathlib.Path({mod_dir!r})
+cache = PersistentCache({path!r})
+(folder / f"ready-{{w}}").touch()
+while not (folder / "go").exists():  # start together, so that the writers really overlap
+    time.sleep(0.005)
+for i in range(250):
+    cache.put("cpu|w", "matmul@v1", f"w{{w}}-{{i}}", WCfg(w, i), timings=[(WCfg(w, i), 1e-3, None)])
+"""
+
+
+def test_processes_writing_the_same_file(tmp_path, monkeypatch):
+    # The config class lives in a real module, so this process can import what the workers stored.
+    (tmp_path / "worker_cfg.py").write_text(
+        "import dataclasses\n\n@dataclasses.dataclass(frozen=True)\n"
+        "class WCfg:\n    worker: int\n    i: int\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "shared.sqlite"
+    script = textwrap.dedent(_WORKER.format(mod_dir=str(tmp_path), path=str(path)))
+    env = {**os.environ, "PYTHONPATH": str(SRC), "JAX_PLATFORMS": "cpu"}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(w)], env=env, stderr=subprocess.PIPE)
+        for w in range(4)
+    ]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < 4 and time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            break  # a worker died early: its error is reported below
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()[-2000:]
+    from worker_cfg import WCfg
+
+    cache = PersistentCache(path)
+    assert len(cache) == 1000
+    assert cache.get("cpu|w", OP, "w3-249") == WCfg(3, 249)
+    assert {e.cfg for e in cache.entries()} == {WCfg(w, i) for w in range(4) for i in range(250)}
+    cache.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # jax warns about forking threads
+def test_forked_child_opens_its_own_connection(db):
+    db.put(DEV, OP, "parent", Cfg(1))
+    parent_conn = db._conn()
+    pid = os.fork()
+    if pid == 0:  # child: must not touch the parent's connection
+        code = 1
+        try:
+            db.put(DEV, OP, "child", Cfg(2))
+            code = 0 if db.get(DEV, OP, "parent") == Cfg(1) else 2
+            code = 3 if db._conn() is parent_conn else code
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert db.get(DEV, OP, "child") == Cfg(2) and len(db) == 2
+
+
+# --- corrupt files -------------------------------------------------------------------------------
+
+
+def _moved_aside(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(path.name + ".corrupt-*"))
+
+
+def _check_recovered(path: Path, record, old_bytes: bytes | None = None) -> None:
+    msg = str(record[0].message)
+    aside = [p for p in _moved_aside(path) if not p.name.endswith(("-wal", "-shm"))]
+    assert len(aside) == 1 and str(path) in msg and str(aside[0]) in msg
+    if old_bytes is not None:
+        assert aside[0].read_bytes() == old_bytes
+    cache = PersistentCache(path)
+    assert len(cache) == 0
+    cache.put(DEV, OP, "k", Cfg(5))
+    assert PersistentCache(path).get(DEV, OP, "k") == Cfg(5)
+    cache.close()
+
+
+def test_garbage_file_is_moved_aside(tmp_path):
+    path = tmp_path / "kernels.sqlite"
+    with PersistentCache(path) as cache:
+        cache.put(DEV, OP, "k", Cfg())
+    garbage = np.random.default_rng(0).bytes(8192)
+    path.write_bytes(garbage)
+    with pytest.warns(RuntimeWarning, match="not a usable kernel database") as record:
+        cache = PersistentCache(path)
+    assert len(cache) == 0
+    _check_recovered(path, record, garbage)
+
+
+def test_truncated_file_is_moved_aside(tmp_path):
+    path = tmp_path / "kernels.sqlite"
+    with PersistentCache(path) as cache:
+        for i in range(400):  # many pages, so the truncation cuts through the tree
+            cache.put(DEV, OP, f"key-{i:04d}", Cfg(block_m=i), signature="x" * 200)
+    with sqlite3.connect(path) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all pages in the main file
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.warns(RuntimeWarning, match="malformed") as record:
+        cache = PersistentCache(path)
+        assert len(cache) == 0  # counting reads every page: finds the damage, recovers
+    _check_recovered(path, record)
+
+
+def test_other_schema_version_is_moved_aside(tmp_path):
+    path = tmp_path / "kernels.sqlite"
+    with sqlite3.connect(path) as raw:
+        raw.execute("PRAGMA user_version = 99")
+    with pytest.warns(RuntimeWarning, match="schema version 99") as record:
+        PersistentCache(path)
+    _check_recovered(path, record)

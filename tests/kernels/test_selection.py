@@ -1,0 +1,242 @@
+"""The config selection chain: order, scoping, persistence rules, tuning (kernels/selection.py,
+kernels/tuner.py)."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import jax
+import jax.numpy as jnp
+import pytest
+from _kernels import Repeat, Reps
+
+from nablax.kernels import (
+    AutotunePolicy,
+    ConfigCache,
+    ConfigSelectorChain,
+    Executor,
+    Invocation,
+    Kernel,
+    NoConfigError,
+    PersistentCache,
+    Tuner,
+    device_fingerprint,
+    overlay_cache,
+    policy_override,
+)
+
+DEV = device_fingerprint()
+
+
+class FakeTuner(Tuner):
+    """Deterministic timings: seconds per config from a table (the timed runs still happen once,
+    so a candidate that fails to compile still fails)."""
+
+    def __init__(self, table):
+        super().__init__(warmup=0, iters=1)
+        self.table = table
+        self.timed: list = []
+
+    def time_once(self, compiled, arrays, cfg):
+        self.timed.append(cfg)
+        return self.table[cfg]
+
+
+@pytest.fixture
+def kernel():
+    return Repeat("repeat_sel")
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = PersistentCache(tmp_path / "k.sqlite")
+    yield s
+    s.close()
+
+
+def _inv(k, n=8, cfg=None):
+    return Invocation(k.versioned_id, (jnp.ones((n, n)), jnp.eye(n)), {}, cfg)
+
+
+def _chain(store, table=None, **policy):
+    table = table or {Reps(300): 3.0, Reps(3): 1.0, Reps(30): 2.0}
+    return ConfigSelectorChain(ConfigCache(), AutotunePolicy(**policy), FakeTuner(table), store)
+
+
+def test_chain_order(kernel, store):
+    chain = _chain(store)
+    inv = _inv(kernel)
+    key = (DEV, kernel.versioned_id, inv.call_key)
+    # explicit cfg beats everything and is stored nowhere
+    assert chain.select(_inv(kernel, cfg=Reps(7)), kernel).source == "override"
+    assert len(chain.cache) == 0 and len(store) == 0
+    # empty caches: autotune picks the fastest by the fake timings, stores it in both caches
+    first = chain.select(inv, kernel)
+    assert (first.cfg, first.source) == (Reps(3), "autotune")
+    assert chain.tuner.timed == [Reps(300), Reps(3), Reps(30)]
+    entry = store.get_entry(*key)
+    assert entry.source == "autotune" and len(entry.timings) == 3
+    assert chain.select(inv, kernel).source == "memory"
+    # overlay beats the memory cache
+    with overlay_cache({key: Reps(99)}):
+        assert chain.select(inv, kernel) == type(first)(Reps(99), "overlay")
+    # a new process (fresh memory cache) finds it in the persistent cache, without tuning
+    chain2 = _chain(store)
+    assert chain2.select(inv, kernel).source == "persistent"
+    assert chain2.tuner.timed == []
+    assert chain2.select(inv, kernel).source == "memory"
+
+
+def test_heuristic_when_autotune_is_off_then_tuned_later(kernel, store):
+    inv = _inv(kernel)
+    no_tune = _chain(store, allow_autotune=False)
+    assert no_tune.select(inv, kernel).source == "heuristic"
+    assert store.get_entry(DEV, kernel.versioned_id, inv.call_key).source == "heuristic"
+    assert no_tune.select(inv, kernel).source == "memory"  # reused where tuning is not wanted
+    later = _chain(store)  # autotuning allowed: the stored heuristic config does not stop it
+    choice = later.select(inv, kernel)
+    assert (choice.cfg, choice.source) == (Reps(3), "autotune")
+    assert store.get_entry(DEV, kernel.versioned_id, inv.call_key).source == "autotune"
+
+
+def test_fallback_orders_and_no_config_error(kernel, store):
+    inv = _inv(kernel)
+    assert _chain(store, cache_miss_fallback="heuristic").select(inv, kernel).source == "heuristic"
+    with pytest.raises(NoConfigError) as e:
+        _chain(store, cache_miss_fallback="error").select(_inv(kernel, 4), kernel)
+    assert kernel.versioned_id in str(e.value) and _inv(kernel, 4).call_key in str(e.value)
+
+    class Bare(Kernel):
+        def run(self, x, *, cfg):
+            return x
+
+    bare = Bare("bare")
+    with pytest.raises(NoConfigError, match="bare@v1.*no candidate configs.*returned None"):
+        _chain(False).choose(Invocation(bare.versioned_id, (jnp.ones(2),), {}), bare)
+    with pytest.raises(ValueError, match="cache_miss_fallback"):
+        AutotunePolicy(cache_miss_fallback="never")
+
+
+def test_failing_candidate_scores_inf_and_is_reported(store):
+    class Fragile(Repeat):
+        def run(self, x, w, *, cfg):
+            if cfg.n == 30:
+                raise RuntimeError("tile too large for this shape")
+            return super().run(x, w, cfg=cfg)
+
+    k = Fragile("fragile")
+    inv = _inv(k)
+    with pytest.warns(RuntimeWarning, match="1 of 3 candidate.*fragile@v1.*tile too large"):
+        choice = _chain(store).select(inv, k)
+    assert choice.cfg == Reps(3)
+    timings = store.get_entry(DEV, k.versioned_id, inv.call_key).timings
+    failed = [t for t in timings if t[2] is not None]
+    assert len(failed) == 1 and math.isinf(failed[0][1]) and "tile too large" in failed[0][2]
+
+
+def test_overlay_and_policy_are_scoped_per_thread(kernel):
+    chain = _chain(False, allow_autotune=False)
+    inv = _inv(kernel)
+    key = (DEV, kernel.versioned_id, inv.call_key)
+    inside, release, seen = threading.Event(), threading.Event(), {}
+
+    def scoped():
+        with overlay_cache({key: Reps(42)}), policy_override(chain, allow_heuristics=False):
+            seen["a_overlay"] = chain.choose(inv, kernel)
+            seen["a_policy"] = chain.policy.allow_heuristics
+            inside.set()
+            release.wait(10)
+
+    def other():
+        inside.wait(10)
+        seen["b_choice"] = chain.select(inv, kernel)
+        seen["b_policy"] = chain.policy.allow_heuristics
+        release.set()
+
+    threads = [threading.Thread(target=scoped), threading.Thread(target=other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert seen["a_overlay"] == Reps(42) and seen["a_policy"] is False
+    assert seen["b_choice"].cfg == Reps(3) and seen["b_choice"].source == "heuristic"
+    assert seen["b_policy"] is True
+    # nothing left behind after the block
+    assert chain.select(inv, kernel).source == "memory" and chain.policy.allow_heuristics
+
+
+def test_override_is_never_cached_or_persisted(kernel, store):
+    ex = Executor(_chain(store))
+    x, w = jnp.ones((8, 8)), jnp.eye(8)
+    ex(kernel, x, w, cfg=Reps(5))
+    assert len(ex.chooser.cache) == 0 and len(store) == 0
+    ex(kernel, x, w)
+    assert ex.chooser.cache.get(DEV, kernel.versioned_id, _inv(kernel).call_key) == Reps(3)
+    ex(kernel, x, w, cfg=Reps(5))  # after the memo exists, the override still wins, still unstored
+    entry = store.get_entry(DEV, kernel.versioned_id, _inv(kernel).call_key)
+    assert entry.cfg == Reps(3) and len(store) == 1
+
+
+def test_executor_memo_follows_overlay_policy_and_cache(kernel):
+    ex = Executor(_chain(False, allow_autotune=False))
+    inv = _inv(kernel)
+    key = (DEV, kernel.versioned_id, inv.call_key)
+    x, w = jnp.ones((8, 8)), jnp.eye(8)
+    picked = []
+    orig = ex._spec
+
+    def spy(k, inv, cfg, sig):
+        picked.append(cfg)
+        return orig(k, inv, cfg, sig)
+
+    ex._spec = spy
+    ex(kernel, x, w)
+    ex(kernel, x, w)  # memo: no new choice
+    assert picked == [Reps(3)]
+    with overlay_cache({key: Reps(1)}):
+        ex(kernel, x, w)
+    ex(kernel, x, w)  # the overlay's choice was not memoized
+    assert picked == [Reps(3), Reps(1)]
+    ex.chooser.cache.clear()
+    ex.chooser.cache.put(*key, Reps(2))
+    ex(kernel, x, w)
+    assert picked[-1] == Reps(2)
+
+
+def test_autotune_under_jit_times_real_runs_and_picks_the_fastest(store):
+    """Candidates differ ~100x in cost (300 vs 3 vs 30 iterations of a 64x64 matmul); under
+    jax.jit the tuner must time compiled runs on synthetic arrays, not the trace."""
+    k = Repeat("repeat_jit")
+    chain = ConfigSelectorChain(ConfigCache(), AutotunePolicy(), Tuner(warmup=1, iters=5), store)
+    ex = Executor(chain)
+    x, w = jnp.ones((64, 64)), jnp.eye(64)
+    out = jax.jit(lambda x: ex(k, x, w))(x)
+    assert out.shape == (64, 64)
+    inv = Invocation(k.versioned_id, (x, w), {})
+    entry = store.get_entry(DEV, k.versioned_id, inv.call_key)
+    assert entry.cfg == Reps(3) and entry.source == "autotune"
+    t = {row[0]: row[1] for row in entry.timings}
+    slow = [v for c, v in t.items() if '"n":300' in c][0]
+    fast = [v for c, v in t.items() if '"n":3}' in c][0]
+    assert slow > 10 * fast, t
+
+
+def test_tuner_budget_and_progress(kernel, capsys):
+    class Counting(Tuner):
+        def time_once(self, compiled, arrays, cfg):
+            return 0.001 * cfg.n
+
+    tuner = Counting(warmup=0, iters=3, progress=True)
+    result = tuner.tune(kernel, _inv(kernel), [Reps(30), Reps(3)] * 2)
+    # duplicates are timed once; every candidate in every round
+    assert [t.cfg for t in result.timings] == [Reps(30), Reps(3)]
+    assert result.best == Reps(3) and result.timings[1].median_s == pytest.approx(0.003)
+    assert "nablax tune repeat_sel@v1" in capsys.readouterr().err
+    # a spent budget: the first candidate is always timed, the rest are recorded as not timed
+    result = Counting(budget_s=1e-9, progress=False).tune(kernel, _inv(kernel), [Reps(3), Reps(30)])
+    assert result.best == Reps(3)
+    assert math.isinf(result.timings[1].median_s) and "budget" in result.timings[1].error
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ValueError, match="iters"):
+        Tuner(iters=0)
