@@ -286,3 +286,22 @@ def test_call_key_rejects_unkeyable_statics():
     b = Invocation("op@v1", (jnp.ones(2), functools.partial(max, 4)), {})
     assert a.call_key != b.call_key
     assert "0x" not in a.signature
+
+
+def test_second_order_and_jvp_through_a_kernel(ex):
+    """grad(grad) differentiates the kernel's vjp with JAX; jvp goes through JAX's jvp of run."""
+    x = nx.asarray(X)
+
+    def f_nx(w):
+        return (ex(AFFINE, x, w, nx.asarray(IDX), scale=1.5) ** 3).sum()
+
+    def f_jax(w):
+        return jnp.sum(affine_reference(X, w, IDX, scale=1.5) ** 3)
+
+    v = jnp.ones_like(W)
+    hvp_nx = nx.grad(lambda w: (nx.grad(f_nx)(w) * nx.asarray(v)).sum())(nx.asarray(W))
+    hvp_jax = jax.grad(lambda w: jnp.sum(jax.grad(f_jax)(w) * v))(W)
+    np.testing.assert_allclose(hvp_nx.numpy(), hvp_jax, rtol=1e-4, atol=1e-4)
+    _, t_nx = nx.jvp(f_nx, (nx.asarray(W),), (nx.asarray(v),))
+    _, t_jax = jax.jvp(f_jax, (W,), (v,))
+    np.testing.assert_allclose(t_nx.numpy(), t_jax, rtol=1e-4, atol=1e-4)

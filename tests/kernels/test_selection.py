@@ -240,3 +240,12 @@ def test_tuner_budget_and_progress(kernel, capsys):
     assert capsys.readouterr().err == ""
     with pytest.raises(ValueError, match="iters"):
         Tuner(iters=0)
+
+
+def test_tuning_keeps_the_heuristic_unless_a_candidate_is_clearly_faster(kernel):
+    inv = _inv(kernel)
+    close = FakeTuner({Reps(300): 0.98, Reps(3): 1.0, Reps(30): 2.0})  # 2 %: within noise
+    assert close.tune(kernel, inv, [Reps(300), Reps(30)], baseline=Reps(3)).best == Reps(3)
+    clear = FakeTuner({Reps(300): 0.5, Reps(3): 1.0, Reps(30): 2.0})
+    result = clear.tune(kernel, inv, [Reps(300), Reps(30)], baseline=Reps(3))
+    assert result.best == Reps(300) and len(result.timings) == 3  # the baseline was timed too

@@ -245,11 +245,20 @@ class ConfigSelectorChain:
             check_cfg(kernel, c, "candidate_cfgs")
         key = (device_fingerprint(), inv.op_id, inv.call_key)
         with self._key_lock(key):
-            result = self.tuner.tune(kernel, inv, candidates)
+            result = self.tuner.tune(kernel, inv, candidates, self._baseline(inv, kernel))
             if result.best is None:
                 raise self._no_config(inv, key, "every candidate failed")
             self._store(key, inv, result.best, "autotune", _timing_rows(result.timings))
         return Choice(result.best, "autotune"), result
+
+    def _baseline(self, inv: Invocation, kernel: Kernel) -> Any:
+        """The heuristic's config, which tuning keeps unless a candidate is clearly faster."""
+        plat, sm = get_device_platform(), inv.method == "shard_map"
+        try:
+            cfg = kernel.hook("heuristic_cfg", plat, sm)(inv)
+        except Exception:  # noqa: BLE001 - a failing heuristic only loses the baseline
+            return None
+        return cfg
 
     def _usable(self, entry: Any, key: tuple, policy: AutotunePolicy) -> bool:
         return entry.source != "heuristic" or not policy.wants_autotune or key in self._untunable
@@ -290,7 +299,7 @@ class ConfigSelectorChain:
                     tried.append("autotune (the kernel has no candidate configs)")
                     self._untunable.add(key)
                     continue
-                result = self.tuner.tune(kernel, inv, candidates)
+                result = self.tuner.tune(kernel, inv, candidates, self._baseline(inv, kernel))
                 timings = _timing_rows(result.timings)
                 if result.best is not None:
                     self._store(key, inv, result.best, "autotune", timings)

@@ -70,7 +70,8 @@ class Tuner:
 
     ``warmup`` untimed runs and ``iters`` timed runs per candidate; ``budget_s`` seconds at most
     per tuning (the first candidate is always timed); ``progress``: True/False, or None to show a
-    progress line on stderr once tuning has taken over a second.
+    progress line on stderr once tuning has taken over a second; ``min_gain``: how much faster
+    (0.03 = 3 %) a candidate must be to replace the baseline (see :meth:`tune`).
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class Tuner:
         iters: int = 10,
         budget_s: float = 60.0,
         progress: bool | None = None,
+        min_gain: float = 0.03,
     ) -> None:
         if warmup < 0 or iters < 1 or budget_s <= 0:
             raise ValueError(
@@ -86,10 +88,21 @@ class Tuner:
                 f"warmup={warmup}, iters={iters}, budget_s={budget_s}"
             )
         self.warmup, self.iters, self.budget_s, self.progress = warmup, iters, budget_s, progress
+        self.min_gain = min_gain
 
-    def tune(self, kernel: Any, inv: Invocation, candidates: Sequence[Any]) -> TuneResult:
-        """Time ``candidates`` for ``inv`` and return the fastest (ties: the earlier)."""
+    def tune(
+        self, kernel: Any, inv: Invocation, candidates: Sequence[Any], baseline: Any = None
+    ) -> TuneResult:
+        """Time ``candidates`` for ``inv`` and return the fastest (ties: the earlier).
+
+        ``baseline`` (the heuristic's config, timed too) is kept unless the fastest candidate
+        beats it by more than ``min_gain`` in the median of the per-round ratios and in at least
+        three rounds out of four: a noisy machine then never swaps a good default for one that
+        only looked faster.
+        """
         candidates = list(dict.fromkeys(candidates))  # unique, in order
+        if baseline is not None and baseline not in candidates:
+            candidates.append(baseline)
         start = time.perf_counter()
         bar = _Progress(kernel.versioned_id, len(candidates), self.progress, start)
         with jax.ensure_compile_time_eval():  # run for real even inside an enclosing trace
@@ -108,7 +121,17 @@ class Tuner:
         _report_failures(kernel, inv, timings)
         finite = [t for t in timings if math.isfinite(t.median_s)]
         best = min(finite, key=lambda t: t.median_s).cfg if finite else None
+        if best is not None and baseline in times and best != baseline:
+            if not self._clearly_faster(times[best], times[baseline]):
+                best = baseline
         return TuneResult(best, tuple(timings), synthetic, time.perf_counter() - start)
+
+    def _clearly_faster(self, fast: list[float], base: list[float]) -> bool:
+        ratios = [f / b for f, b in zip(fast, base) if b > 0]
+        if not ratios:
+            return False
+        wins = sum(r < 1.0 for r in ratios)
+        return float(np.median(ratios)) < 1.0 - self.min_gain and wins >= 0.75 * len(ratios)
 
     def _compile_all(self, kernel, inv, candidates, arrays, start, bar) -> tuple[dict, dict]:
         """Compile each candidate and run it ``warmup`` times (at least once, which also checks

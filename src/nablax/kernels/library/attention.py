@@ -73,7 +73,25 @@ class AttentionCfg:
 
 
 # -- argument checks ------------------------------------------------------------------------------
+_CHECKED: dict = {}  # (shapes, dtypes) -> result: the executor calls prepare on every call
+
+
 def check_args(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int, int]:
+    """Validate the arguments (memoized by shapes and dtypes; see :func:`_check_args`)."""
+    try:
+        key = (tuple(q.shape), q.dtype, tuple(k.shape), k.dtype, tuple(v.shape), v.dtype)
+        hit = _CHECKED.get(key)
+    except (AttributeError, TypeError):  # not array-like: let the full check explain
+        return _check_args(q, k, v)
+    if hit is None:
+        hit = _check_args(q, k, v)
+        if len(_CHECKED) > 4096:
+            _CHECKED.clear()
+        _CHECKED[key] = hit
+    return hit
+
+
+def _check_args(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int, int]:
     """Validate the layout; return ``(batch, seq_q, seq_kv, heads, head_dim, v_head_dim)``.
 
     >>> import jax.numpy as jnp

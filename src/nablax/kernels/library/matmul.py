@@ -82,7 +82,25 @@ UNBLOCKED = MatmulCfg()
 
 
 # -- argument checks ------------------------------------------------------------------------------
+_CHECKED: dict = {}  # (shapes, dtypes) -> result: the executor calls prepare on every call
+
+
 def check_args(a: Any, b: Any) -> tuple[int, int, int]:
+    """Validate the arguments (memoized by shapes and dtypes; see :func:`_check_args`)."""
+    try:
+        key = (tuple(a.shape), a.dtype, tuple(b.shape), b.dtype)
+        hit = _CHECKED.get(key)
+    except (AttributeError, TypeError):  # not array-like: let the full check explain
+        return _check_args(a, b)
+    if hit is None:
+        hit = _check_args(a, b)
+        if len(_CHECKED) > 4096:
+            _CHECKED.clear()
+        _CHECKED[key] = hit
+    return hit
+
+
+def _check_args(a: Any, b: Any) -> tuple[int, int, int]:
     """Validate ``a (..., M, K)`` and ``b (K, N)``; return ``(M_total, K, N)`` where ``M_total``
     folds ``a``'s leading dims into M.
 
