@@ -73,9 +73,19 @@ def test_cli_demo_prints_report(capsys):
     assert "cache_info" in out
 
 
-def test_classify_placeholder_says_not_available(capsys):
-    assert cli.main(["classify", "some.module"]) == 2
-    assert "not available yet: arrives with the xcs layer" in capsys.readouterr().err
+def test_classify_prints_a_table(tmp_path, capsys):
+    src = tmp_path / "pipeline_mod.py"
+    src.write_text(
+        "import urllib.request\n"
+        "import jax.numpy as jnp\n\n"
+        "def fetch(url):\n    return urllib.request.urlopen(url).read()\n\n"
+        "def score(x):\n    return jnp.tanh(x).sum()\n"
+    )
+    assert cli.main(["classify", str(src)]) == 0
+    out = capsys.readouterr().out
+    lines = {ln.split()[0]: ln for ln in out.splitlines() if ln.strip()}
+    assert "orchestration" in lines["fetch"] and "tensor" in lines["score"]
+    assert cli.main(["classify", str(tmp_path / "missing.py")]) == 2
 
 
 @pytest.fixture

@@ -144,7 +144,8 @@ __version__ = "0.1.0"
 
 def clear_caches() -> None:
     """Drop every in-memory cache nablax keeps (compiled graph structures, recorded backward
-    passes, the default kernel executor's configs and compiled kernel calls) and reset their
+    passes, the default kernel executor's configs and compiled kernel calls, the xcs
+    classifier's results) and reset their
     counters. The persistent kernel database is kept: ``nablax cache clear`` empties it."""
     import sys
 
@@ -155,6 +156,9 @@ def clear_caches() -> None:
     executor = sys.modules.get("nablax.kernels.executor")
     if executor is not None:  # only when the kernel layer is in use
         executor.clear_default_caches()
+    analysis = sys.modules.get("nablax.xcs.analysis")
+    if analysis is not None:  # the xcs classifier's cache
+        analysis.clear_cache()
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

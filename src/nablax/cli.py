@@ -3,7 +3,7 @@
 ``main(argv)`` returns the process exit code (the console-script wrapper passes it to
 ``sys.exit``), so tests can call it directly.
 
->>> main(["classify"])
+>>> main(["tune", "--ops", "conv"])  # an unknown kernel: usage error, exit code 2
 2
 """
 
@@ -14,7 +14,6 @@ import runpy
 import sys
 from pathlib import Path
 
-_NOT_YET = "not available yet: arrives with the xcs layer"
 _BENCH_SCRIPT = Path("bench") / "bench_eager.py"
 
 
@@ -30,6 +29,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     demo.run_sharded(seed=args.seed)
     print()
     demo.run_kernels(seed=args.seed)
+    print()
+    from .xcs import demo as xcs_demo
+
+    xcs_demo.run_pipeline()
     return 0
 
 
@@ -126,9 +129,16 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_not_yet(args: argparse.Namespace) -> int:
-    print(f"nablax {args.command}: {_NOT_YET}", file=sys.stderr)
-    return 2
+def _cmd_classify(args: argparse.Namespace) -> int:
+    from .xcs.analysis import classify_target, format_table
+
+    try:
+        rows = classify_target(args.target)
+    except (ImportError, OSError, SyntaxError, ValueError) as e:
+        print(f"nablax classify: can't read {args.target!r}: {e}", file=sys.stderr)
+        return 2
+    print(format_table(rows))
+    return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -171,9 +181,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--path", help="database file (default: NABLAX_CACHE_DIR or the user cache)")
     c.set_defaults(func=_cmd_cache)
 
-    k = sub.add_parser("classify", help="classify functions for xcs (" + _NOT_YET + ")")
-    k.add_argument("target", nargs="?", metavar="PATH_OR_MODULE")
-    k.set_defaults(func=_cmd_not_yet)
+    k = sub.add_parser(
+        "classify", help="classify the functions of a .py file or module for nablax.xcs"
+    )
+    k.add_argument("target", metavar="PATH_OR_MODULE", help="a .py file or an importable module")
+    k.set_defaults(func=_cmd_classify)
     return p
 
 

@@ -48,3 +48,7 @@ def op_error(cls: type[Exception], op: str, problem: str, fix: str | None = None
     if fix:
         msg += f". Fix: {fix}"
     return cls(msg)
+
+
+class XCSError(NablaxError, RuntimeError):
+    """An ``nablax.xcs`` transform cannot apply to a function (e.g. ``grad`` of orchestration)."""

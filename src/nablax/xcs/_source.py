@@ -1,0 +1,408 @@
+"""Syntactic facts about a function, read from its source (``ast``) or, failing that, its bytecode.
+
+Internal to :mod:`nablax.xcs.analysis`. Nothing here imports or runs user code: the whole source
+file is parsed once (so lambdas inside larger expressions and decorated functions are found by
+line number) and the function's node is looked up by ``co_firstlineno`` and argument names.
+Strings, docstrings and comments never produce references: only ``Name``/``Attribute`` chains do.
+"""
+
+from __future__ import annotations
+
+import ast
+import dis
+import linecache
+import types
+from dataclasses import dataclass, field
+
+CALL, ITEM, EXPR = "()", "[]", "?"  # chain elements: a call, a subscript, an unnamed expression
+_MAX_FILES = 256
+_MAX_CODES = 4096
+_MUTATORS = frozenset("append extend insert update add pop popitem setdefault clear remove".split())
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One use of a name chain such as ``jnp.linalg.norm(x)`` → ``("jnp", "linalg", "norm", "()")``."""
+
+    names: tuple[str, ...]
+    line: int
+    awaited: bool = False
+    imported: bool = False
+    nested: bool = False  # inside a nested def or lambda (runs only if that is called)
+
+    @property
+    def called(self) -> bool:
+        return self.names[-1] == CALL
+
+    @property
+    def text(self) -> str:
+        out = "" if self.names[0] == EXPR else self.names[0]
+        for n in self.names[1:]:
+            out += "(...)" if n == CALL else "[...]" if n == ITEM else "." + n
+        out = out.removesuffix("(...)") or "(expression)"
+        return out.lstrip(".")
+
+
+@dataclass
+class Facts:
+    """What a function's code says, before any name is resolved to an object."""
+
+    refs: list[Ref] = field(default_factory=list)
+    imports: dict[str, str] = field(default_factory=dict)  # local alias -> dotted module path
+    assigns: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)  # name -> chains
+    locals: set[str] = field(default_factory=set)
+    local_defs: set[str] = field(default_factory=set)  # nested defs and lambdas bound to names
+    params: list[str] = field(default_factory=list)
+    annotations: list[Ref] = field(default_factory=list)  # parameter and return annotations
+    self_attrs: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)  # self.x = chain
+    side_effects: list[str] = field(default_factory=list)
+    has_source: bool = True
+
+
+@dataclass
+class FileInfo:
+    """A parsed source file: module-level imports/assignments and function nodes by first line."""
+
+    tree: ast.Module
+    imports: dict[str, str]
+    assigns: dict[str, list[tuple[str, ...]]]
+    by_line: dict[int, list[ast.AST]]
+
+
+_files: dict[str, tuple[int, FileInfo | None]] = {}
+_codes: dict[int, tuple[types.CodeType, Facts | None]] = {}
+
+
+def clear() -> None:
+    _files.clear()
+    _codes.clear()
+
+
+# ---- chains ---------------------------------------------------------------------------------
+
+
+def chain_of(node: ast.AST) -> tuple[tuple[str, ...], list[ast.AST]]:
+    """``a.b(x)[i].c`` → (("a", "b", "()", "[]", "c"), [x, i]): the chain and its side expressions."""
+    names: list[str] = []
+    side: list[ast.AST] = []
+    while True:
+        if isinstance(node, ast.Attribute):
+            names.append(node.attr)
+            node = node.value
+        elif isinstance(node, ast.Call):
+            names.append(CALL)
+            side.extend(node.args)
+            side.extend(k.value for k in node.keywords)
+            node = node.func
+        elif isinstance(node, ast.Subscript):
+            names.append(ITEM)
+            side.append(node.slice)
+            node = node.value
+        elif isinstance(node, ast.Name):
+            names.append(node.id)
+            break
+        else:
+            names.append(EXPR)
+            side.append(node)
+            break
+    return tuple(reversed(names)), side
+
+
+def value_chains(node: ast.AST | None) -> list[tuple[str, ...]]:
+    """Chains a value expression may evaluate to (both branches of ``a if c else b``, ``a or b``)."""
+    if node is None:
+        return []
+    if isinstance(node, ast.IfExp):
+        return value_chains(node.body) + value_chains(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return [c for v in node.values for c in value_chains(v)]
+    if isinstance(node, ast.Await):
+        return value_chains(node.value)
+    if isinstance(node, (ast.Name, ast.Attribute, ast.Call, ast.Subscript)):
+        chain = chain_of(node)[0]
+        return [] if chain[0] == EXPR else [chain]
+    return []
+
+
+def _import_aliases(node: ast.Import | ast.ImportFrom, package: str | None) -> dict[str, str]:
+    out = {}
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            # `import os.path` binds `os`; `import numpy.linalg as la` binds the submodule
+            out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        return out
+    base = node.module or ""
+    if node.level and package:
+        parts = package.split(".")
+        parts = parts[: len(parts) - node.level + 1] if node.level > 1 else parts
+        base = ".".join(parts + ([node.module] if node.module else []))
+    for a in node.names:
+        if a.name != "*":
+            out[a.asname or a.name] = f"{base}.{a.name}" if base else a.name
+    return out
+
+
+# ---- whole files ----------------------------------------------------------------------------
+
+
+def _module_level(tree: ast.Module, package: str | None) -> tuple[dict, dict]:
+    """Imports and simple assignments at module level, including inside top-level if/try/with."""
+    imports: dict[str, str] = {}
+    assigns: dict[str, list[tuple[str, ...]]] = {}
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imports.update(_import_aliases(node, package))
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    assigns.setdefault(t.id, []).extend(value_chains(node.value))
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            for name in ("body", "orelse", "finalbody", "handlers"):
+                stack.extend(getattr(node, name, []))
+        elif isinstance(node, ast.ExceptHandler):
+            stack.extend(node.body)
+    return imports, assigns
+
+
+def file_info(filename: str, module_globals: dict | None) -> FileInfo | None:
+    """The parsed file (cached by its text), or ``None`` when there is no readable source."""
+    lines = linecache.getlines(filename, module_globals)
+    if not lines:
+        return None
+    text = "".join(lines)
+    cached = _files.get(filename)
+    if cached is not None and cached[0] == hash(text):
+        return cached[1]
+    try:
+        tree = ast.parse(text, filename)
+    except (SyntaxError, ValueError):
+        info = None
+    else:
+        package = (module_globals or {}).get("__package__")
+        imports, assigns = _module_level(tree, package)
+        info = FileInfo(tree, imports, assigns, _index(tree))
+    if len(_files) >= _MAX_FILES:
+        _files.clear()
+    _files[filename] = (hash(text), info)
+    return info
+
+
+def _index(tree: ast.Module) -> dict[int, list[ast.AST]]:
+    by_line: dict[int, list[ast.AST]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            decos = getattr(node, "decorator_list", [])
+            first = min([node.lineno, *(d.lineno for d in decos)])
+            by_line.setdefault(first, []).append(node)
+    return by_line
+
+
+def find_node(code: types.CodeType, info: FileInfo) -> ast.AST | None:
+    """The def/lambda node of ``code``: same first line, same name, same positional arguments."""
+    argnames = list(code.co_varnames[: code.co_argcount])
+    for node in info.by_line.get(code.co_firstlineno, []):
+        if isinstance(node, ast.ClassDef):
+            continue
+        name = "<lambda>" if isinstance(node, ast.Lambda) else node.name
+        args = node.args.posonlyargs + node.args.args
+        if name == code.co_name and [a.arg for a in args] == argnames:
+            return node
+    return None
+
+
+# ---- facts of one function ------------------------------------------------------------------
+
+
+def facts_for(code: types.CodeType, module_globals: dict | None) -> Facts | None:
+    """Facts of ``code`` from source, or from bytecode (``has_source=False``); cached per code."""
+    hit = _codes.get(id(code))
+    if hit is not None and hit[0] is code:
+        return hit[1]
+    info = file_info(code.co_filename, module_globals)
+    node = find_node(code, info) if info is not None else None
+    facts = _Collector(node).facts if node is not None else bytecode_facts(code)
+    if len(_codes) >= _MAX_CODES:
+        _codes.clear()
+    _codes[id(code)] = (code, facts)
+    return facts
+
+
+class _Collector(ast.NodeVisitor):
+    """Walks one function node (nested defs, lambdas and comprehensions included)."""
+
+    def __init__(self, node: ast.AST):
+        self.facts = Facts()
+        self._awaited: set[int] = set()
+        self._depth = 0
+        args = node.args
+        every = args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]
+        self.facts.params = [a.arg for a in every if a is not None]
+        self.facts.locals.update(self.facts.params)
+        for a in every:
+            if a is not None and a.annotation is not None:
+                self._annotation(a.annotation)
+        if getattr(node, "returns", None) is not None:
+            self._annotation(node.returns)
+        for d in [*getattr(node, "decorator_list", []), *args.defaults, *args.kw_defaults]:
+            if d is not None:  # decorators and defaults (dtype=jnp.float32) run with the def
+                self.visit(d)
+        body = node.body if isinstance(node.body, list) else [node.body]
+        for stmt in body:
+            self.visit(stmt)
+
+    def _annotation(self, node: ast.AST) -> None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:  # a string annotation (from __future__ import annotations, forward refs)
+                node = ast.parse(node.value, mode="eval").body
+            except SyntaxError:
+                return
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Name, ast.Attribute)):
+                chain = chain_of(sub)[0]
+                if chain[0] != EXPR:
+                    self.facts.annotations.append(Ref(chain, getattr(sub, "lineno", 0)))
+
+    def _chain(self, node: ast.AST) -> None:
+        chain, side = chain_of(node)
+        if chain[0] != EXPR or len(chain) > 1:
+            awaited = id(node) in self._awaited
+            self.facts.refs.append(Ref(chain, node.lineno, awaited, nested=self._depth > 0))
+        for s in side:
+            self.visit(s)
+
+    def visit_Await(self, node: ast.Await) -> None:
+        self._awaited.add(id(node.value))
+        self.visit(node.value)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load):
+            self._chain(node)
+        else:
+            self.facts.locals.add(node.id)
+
+    visit_Call = visit_Subscript = _chain
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if isinstance(node.ctx, ast.Load):
+            return self._chain(node)
+        chain, side = chain_of(node)  # an assignment target: self.x = ..., obj.attr = ...
+        for s in side:
+            self.visit(s)
+        if chain[0] not in self.facts.locals or chain[0] == (self.facts.params or [""])[0]:
+            self.facts.side_effects.append(f"assigns to {'.'.join(chain)} at line {node.lineno}")
+
+    def visit_Assign(self, node: ast.Assign | ast.AnnAssign) -> None:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for t in targets:
+            if isinstance(t, ast.Name):
+                self.facts.assigns.setdefault(t.id, []).extend(value_chains(node.value))
+                if isinstance(node.value, ast.Lambda):
+                    self.facts.local_defs.add(t.id)
+            elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name):
+                if self.facts.params and t.value.id == self.facts.params[0]:
+                    chains = value_chains(node.value)
+                    self.facts.self_attrs.setdefault(t.attr, []).extend(chains)
+                    self.facts.locals.add(t.value.id)
+                    if node.value is not None:
+                        self.visit(node.value)
+                    continue
+            elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name):
+                if t.value.id not in self.facts.locals:
+                    self.facts.side_effects.append(f"stores into {t.value.id}[...]")
+            self.visit(t)
+        if node.value is not None:
+            self.visit(node.value)
+
+    visit_AnnAssign = visit_Assign
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self.facts.assigns.setdefault(node.target.id, []).extend(value_chains(node.value))
+        self.facts.locals.add(node.target.id)
+        self.visit(node.value)
+
+    def visit_AsyncWith(self, node: ast.AsyncWith) -> None:
+        for item in node.items:  # `async with session.post(...)`: an awaited call
+            self._awaited.add(id(item.context_expr))
+        self.generic_visit(node)
+
+    def visit_AsyncFor(self, node: ast.AsyncFor) -> None:
+        self._awaited.add(id(node.iter))  # `async for line in resp.content`
+        self.generic_visit(node)
+
+    def visit_withitem(self, node: ast.withitem) -> None:
+        if isinstance(node.optional_vars, ast.Name):
+            chains = value_chains(node.context_expr)
+            self.facts.assigns.setdefault(node.optional_vars.id, []).extend(chains)
+            self.facts.locals.add(node.optional_vars.id)
+        self.visit(node.context_expr)
+
+    def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
+        aliases = _import_aliases(node, None)
+        self.facts.imports.update(aliases)
+        self.facts.locals.update(aliases)
+        for path in aliases.values():  # an import is a use of the module
+            self.facts.refs.append(Ref(tuple(path.split(".")), node.lineno, imported=True))
+
+    visit_ImportFrom = visit_Import
+
+    def visit_Global(self, node: ast.Global | ast.Nonlocal) -> None:
+        kind = "global" if isinstance(node, ast.Global) else "nonlocal"
+        self.facts.side_effects.append(f"declares {kind} {', '.join(node.names)}")
+
+    visit_Nonlocal = visit_Global
+
+    def visit_Lambda(self, node: ast.Lambda | ast.FunctionDef) -> None:
+        args = node.args
+        for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+            if a is not None:
+                self.facts.locals.add(a.arg)
+        self._depth += 1
+        self.generic_visit(node)
+        self._depth -= 1
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self.facts.locals.add(node.name)
+        self.facts.local_defs.add(node.name)
+        self.visit_Lambda(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+
+def mutated_roots(facts: Facts) -> set[str]:
+    """Names on which a mutating method is called (``CACHE.append(x)``): a side effect when the
+    name is a global or closure variable."""
+    return {r.names[0] for r in facts.refs if len(r.names) == 3 and r.names[1] in _MUTATORS}
+
+
+# ---- bytecode fallback ----------------------------------------------------------------------
+
+_ROOT_OPS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF", "LOAD_CLASSDEREF"})
+_ATTR_OPS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
+
+def bytecode_facts(code: types.CodeType) -> Facts:
+    """Name chains (``np.linalg.norm``) read from bytecode when the source is not available."""
+    facts = Facts(has_source=False, params=list(code.co_varnames[: code.co_argcount]))
+    chain: list[str] = []
+    line = code.co_firstlineno
+    for ins in dis.get_instructions(code):
+        line = ins.positions.lineno if ins.positions and ins.positions.lineno else line
+        if ins.opname in _ATTR_OPS and chain:
+            chain.append(str(ins.argval))
+            continue
+        if chain:
+            facts.refs.append(Ref(tuple(chain), line))
+            chain = []
+        if ins.opname in _ROOT_OPS:
+            chain = [str(ins.argval)]
+        elif ins.opname in ("IMPORT_NAME", "IMPORT_FROM"):
+            facts.refs.append(Ref(tuple(str(ins.argval).split(".")), line))
+    if chain:
+        facts.refs.append(Ref(tuple(chain), line))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            facts.refs.extend(bytecode_facts(const).refs)
+    return facts

@@ -1,0 +1,249 @@
+"""Lazy values of ``xcs.jit``: ``Pending`` (the result of an orchestration call still running) and
+``LazyStr`` (a string built from pending parts with ``+`` or an f-string).
+
+A ``Pending`` behaves like its value: any use that needs the value (an attribute, an operator,
+``bool``, ``len``, iteration, ``str``, ...) waits for it. Only two things stay lazy, because they
+only *carry* the value: storing it (in lists, dicts, variables) and building strings from it
+(``"refine: " + a``, ``f"refine: {a}"``), which give a ``LazyStr``. An orchestration call that
+receives pending values (anywhere in its arguments) is scheduled when they are ready and gets
+the real values.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+from typing import Any
+
+_WAIT_DUNDERS = (
+    "__bool__", "__len__", "__iter__", "__contains__", "__getitem__", "__setitem__",
+    "__delitem__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__",
+    "__int__", "__float__", "__complex__", "__index__", "__neg__", "__pos__", "__abs__",
+    "__invert__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
+    "__rtruediv__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__",
+    "__rpow__", "__matmul__", "__rmatmul__", "__and__", "__rand__", "__or__", "__ror__",
+    "__xor__", "__rxor__", "__lshift__", "__rlshift__", "__rshift__", "__rrshift__",
+    "__call__", "__enter__", "__exit__", "__reversed__", "__round__", "__array__",
+)  # fmt: skip
+
+
+class Lazy:
+    """Base of the lazy values: ``value()`` waits for and returns the real value."""
+
+    __slots__ = ()
+
+    def value(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def done(self) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __add__(self, other: Any) -> Any:
+        if isinstance(other, (str, LazyStr)) or (isinstance(other, Pending) and _is_text(self)):
+            return LazyStr((self, other))
+        return self.value() + resolve(other)
+
+    def __radd__(self, other: Any) -> Any:
+        if isinstance(other, str):
+            return LazyStr((other, self))
+        return resolve(other) + self.value()
+
+    def __str__(self) -> str:
+        return str(self.value())
+
+    def __repr__(self) -> str:
+        return repr(self.value())
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value(), spec)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        return getattr(self.value(), name)
+
+
+def _waiting(name: str):
+    def method(self, *args):
+        return getattr(self.value(), name)(*[resolve(a) for a in args])
+
+    method.__name__ = name
+    return method
+
+
+for _name in _WAIT_DUNDERS:
+    setattr(Lazy, _name, _waiting(_name))
+
+
+def _is_text(x: Any) -> bool:
+    return isinstance(x, LazyStr)
+
+
+class Pending(Lazy):
+    """The result of an orchestration call submitted by ``xcs.jit`` (see the module docstring)."""
+
+    __slots__ = ("future", "node")
+
+    def __init__(self, future: cf.Future, node: Any) -> None:
+        object.__setattr__(self, "future", future)
+        object.__setattr__(self, "node", node)
+
+    def value(self) -> Any:
+        return self.future.result()
+
+    def done(self) -> bool:
+        return self.future.done()
+
+
+class LazyStr(Lazy):
+    """A string made of literal parts and pending values, joined when it is needed."""
+
+    __slots__ = ("parts", "_joined")
+
+    def __init__(self, parts: tuple) -> None:
+        flat: list = []
+        for p in parts:
+            if isinstance(p, LazyStr):
+                flat.extend(p.parts)
+            else:
+                flat.append(p)
+        object.__setattr__(self, "parts", tuple(flat))
+        object.__setattr__(self, "_joined", None)
+
+    def value(self) -> str:
+        if self._joined is None:
+            out = []
+            for p in self.parts:
+                v = p.value() if isinstance(p, Lazy) else p
+                if not isinstance(v, str):
+                    raise TypeError(
+                        f'can only concatenate str (not "{type(v).__name__}") to str (a value an '
+                        f"orchestration call returned, joined lazily by xcs.jit)"
+                    )
+                out.append(v)
+            object.__setattr__(self, "_joined", "".join(out))
+        return self._joined
+
+    def done(self) -> bool:
+        return all(p.done() for p in self.parts if isinstance(p, Lazy))
+
+    def pending(self) -> list:
+        return [p for p in self.parts if isinstance(p, Pending)]
+
+
+class Formatted(Lazy):
+    """``format(pending, spec)`` (with ``!r`` / ``!s`` / ``!a`` conversion), done when needed: an
+    f-string part."""
+
+    __slots__ = ("inner", "conversion", "spec")
+
+    def __init__(self, inner: Lazy, conversion: int, spec: str) -> None:
+        object.__setattr__(self, "inner", inner)
+        object.__setattr__(self, "conversion", conversion)
+        object.__setattr__(self, "spec", spec)
+
+    def value(self) -> str:
+        v = self.inner.value()
+        if self.conversion == ord("r"):
+            v = repr(v)
+        elif self.conversion == ord("s"):
+            v = str(v)
+        elif self.conversion == ord("a"):
+            v = ascii(v)
+        return format(v, self.spec)
+
+    def done(self) -> bool:
+        return self.inner.done()
+
+
+class Deferred(Lazy):
+    """A pure call (``str.join``, ``str.format``) on pending values, made when its value is
+    needed; an orchestration call that receives it waits for the same inputs."""
+
+    __slots__ = ("fn", "args", "kwargs", "_done", "_value")
+
+    def __init__(self, fn: Any, args: tuple, kwargs: dict) -> None:
+        object.__setattr__(self, "fn", fn)
+        object.__setattr__(self, "args", args)
+        object.__setattr__(self, "kwargs", kwargs)
+        object.__setattr__(self, "_done", False)
+        object.__setattr__(self, "_value", None)
+
+    def value(self) -> Any:
+        if not self._done:
+            v = self.fn(*resolve(self.args), **resolve(self.kwargs))
+            object.__setattr__(self, "_value", v)
+            object.__setattr__(self, "_done", True)
+        return self._value
+
+    def done(self) -> bool:
+        return self._done or not pending_in((self.args, self.kwargs), [])
+
+
+def fstring(*parts: Any) -> Any:
+    """What an f-string becomes inside ``xcs.jit``: a plain ``str`` when no part is pending, else a
+    ``LazyStr``. Each part is a ``str`` or a ``(value, conversion, spec)`` triple."""
+    out: list = []
+    lazy = False
+    for p in parts:
+        if isinstance(p, str):
+            out.append(p)
+            continue
+        v, conv, spec = p
+        if isinstance(v, Lazy) and not v.done():
+            out.append(Formatted(v, conv, resolve(spec)))
+            lazy = True
+            continue
+        v = resolve(v)
+        if conv == ord("r"):
+            v = repr(v)
+        elif conv == ord("s"):
+            v = str(v)
+        elif conv == ord("a"):
+            v = ascii(v)
+        out.append(format(v, resolve(spec)))
+    return LazyStr(tuple(out)) if lazy else "".join(out)
+
+
+def resolve(x: Any, depth: int = 0) -> Any:
+    """``x`` with every lazy value inside it (lists, tuples, dicts, sets; recursively) replaced by
+    its real value, waiting as needed. Containers without lazy values are returned as they are."""
+    if isinstance(x, Lazy):
+        return resolve(x.value(), depth + 1) if depth < 64 else x.value()
+    t = type(x)
+    if t is list or t is tuple:
+        vals = [resolve(v, depth + 1) for v in x]
+        return x if all(a is b for a, b in zip(vals, x)) else t(vals)
+    if t is dict:
+        vals = {k: resolve(v, depth + 1) for k, v in x.items()}
+        return x if all(vals[k] is v for k, v in x.items()) else vals
+    if t is set or t is frozenset:
+        return t(resolve(v, depth + 1) for v in x)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # namedtuple
+        vals = [resolve(v, depth + 1) for v in x]
+        return x if all(a is b for a, b in zip(vals, x)) else t(*vals)
+    return x
+
+
+def pending_in(x: Any, out: list, depth: int = 0) -> list:
+    """Collect the ``Pending`` values inside ``x`` (as ``resolve`` walks it) into ``out``."""
+    if isinstance(x, Pending):
+        out.append(x)
+    elif isinstance(x, LazyStr):
+        for p in x.parts:
+            pending_in(p, out, depth + 1)
+    elif isinstance(x, Formatted):
+        pending_in(x.inner, out, depth + 1)
+    elif isinstance(x, Deferred):
+        pending_in((x.args, x.kwargs), out, depth + 1)
+    elif depth < 64:
+        t = type(x)
+        if t is list or t is tuple or t is set or t is frozenset:
+            for v in x:
+                pending_in(v, out, depth + 1)
+        elif t is dict:
+            for v in x.values():
+                pending_in(v, out, depth + 1)
+        elif isinstance(x, tuple):
+            for v in x:
+                pending_in(v, out, depth + 1)
+    return out
