@@ -143,7 +143,7 @@ def test_latency_is_settable_and_requests_overlap(server):
         t.join()
     wall = time.perf_counter() - t0
     assert out == [f"echo: q{i}" for i in range(8)]
-    assert 0.1 <= wall < 0.3, wall  # 8 requests served at once, not one after another
+    assert 0.1 <= wall < 0.5, wall  # 8 requests served at once (one after another: 0.8 s)
     assert server.max_concurrency >= 6 and server.requests == 8
     assert all(r.end - r.start >= 0.1 for r in server.log)
     server.reset_stats()
@@ -217,7 +217,7 @@ def test_async_sdk_gather_overlaps(server):
 
     out, wall = asyncio.run(run())
     assert out == [f"echo: q{i}" for i in range(16)]
-    assert wall < 3 * 0.1, wall
+    assert wall < 6 * 0.1, wall  # one after another: 1.6 s
     assert server.max_concurrency >= 8
 
 
@@ -308,7 +308,7 @@ def test_sdk_fan_out_inside_xcs_jit_overlaps(server):
     wall = time.perf_counter() - t0
     assert out == [f"ECHO: Q {i}" for i in range(8)]
     assert sorted(calls) == [f"q {i}" for i in range(8)]
-    assert wall < 3 * 0.1, wall
+    assert wall < 5 * 0.1, wall  # one after another: 0.8 s
     assert server.max_concurrency >= 4 and fan.stats().calls == 8
 
 
@@ -327,5 +327,5 @@ def test_stdlib_chat_inside_xcs_jit_overlaps(server):
 
     t0 = time.perf_counter()
     assert fan("q") == [f"echo: q {i}" for i in range(6)]
-    assert time.perf_counter() - t0 < 3 * 0.1
+    assert time.perf_counter() - t0 < 4.5 * 0.1  # one after another: 0.6 s
     assert fan.stats().calls == 6 and server.max_concurrency >= 3
