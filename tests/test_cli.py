@@ -172,3 +172,13 @@ def test_dp_sgd_step_matches_a_per_example_loop():
             nx.tree.leaves(new)[k].numpy(), p.numpy() - 0.5 * mean, rtol=1e-5, atol=1e-6
         )
     assert int(n_clipped.item()) == sum(n > 0.3 for n in norms)
+
+
+def test_classify_a_file_of_a_package_keeps_its_relative_imports(capsys):
+    from pathlib import Path
+
+    import nablax.xcs.demo as xdemo
+
+    assert cli.main(["classify", str(Path(xdemo.__file__))]) == 0
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.strip()}
+    assert "orchestration" in lines["summarize"] and "hybrid" in lines["pipeline"]

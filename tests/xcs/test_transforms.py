@@ -280,3 +280,17 @@ def test_grad_routes_and_refuses_orchestration_before_running():
     assert g.tolist() == [2.0 * 8, 4.0 * 8] and llm.calls == ["weight"]
     gj = xcs.grad(scored)(jnp.array([1.0, 2.0]))
     assert isinstance(gj, jax.Array) and gj.tolist() == [16.0, 32.0]
+
+
+@xcs.jit
+def guarded(q):
+    try:
+        a = boom(q)
+    except RuntimeError:
+        a = "fallback"
+    return ask(a)
+
+
+def test_jit_calls_inside_try_raise_inside_the_try():
+    assert guarded("t") == "<fallback>"
+    assert llm.calls == ["fallback"]

@@ -106,6 +106,9 @@ def _load_file(path: str) -> types.ModuleType:
             f"xcs.classify_target: argument `path_or_module` {path!r}: no such file. "
             "Fix: pass the path of an existing .py file (relative to the current directory)"
         )
+    packaged = _as_package_module(full)
+    if packaged is not None:  # a file of an importable package: relative imports must work
+        return packaged
     mtime = os.path.getmtime(full)
     hit = _loaded.get(full)
     if hit is not None and hit[0] == mtime:
@@ -122,6 +125,27 @@ def _load_file(path: str) -> types.ModuleType:
         raise
     _loaded[full] = (mtime, module)
     return module
+
+
+def _as_package_module(full: str) -> types.ModuleType | None:
+    """The module of ``full`` imported by its dotted name, when the file sits in a package
+    (``__init__.py`` folders) whose root is on ``sys.path``; else None."""
+    folder, parts = os.path.dirname(full), [os.path.splitext(os.path.basename(full))[0]]
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        parts.insert(0, os.path.basename(folder))
+        folder = os.path.dirname(folder)
+    if len(parts) == 1:
+        return None
+    roots = {os.path.realpath(p or os.getcwd()) for p in sys.path if isinstance(p, str)}
+    if os.path.realpath(folder) not in roots:
+        return None
+    try:
+        module = importlib.import_module(".".join(p for p in parts if p != "__init__"))
+    except ImportError:
+        return None
+    file = getattr(module, "__file__", None)
+    same = file is not None and os.path.realpath(file) == os.path.realpath(full)
+    return module if same else None
 
 
 def _definitions(module: types.ModuleType) -> list[tuple[str, Any]]:

@@ -54,6 +54,7 @@ class PlanNode:
     start: float | None = None
     end: float | None = None
     error: str | None = None
+    observed: bool = dataclasses.field(default=False, repr=False)  # its failure reached the code
 
     @property
     def duration(self) -> float:
@@ -217,14 +218,15 @@ class Engine:
             fut.set_exception(e)
 
     def drain(self, raise_errors: bool = True) -> None:
-        """Wait for every node; raise the first failure (in call order) nobody has seen."""
+        """Wait for every node; raise the first failure (in call order) the program has not
+        seen (a failure it read, and maybe caught, is not raised again)."""
         i = 0
         while i < len(self.futures):  # nodes may be added while waiting (not by us, but safe)
             f = self.futures[i]
             try:
                 f.result()
             except BaseException:
-                if raise_errors:
+                if raise_errors and not self.nodes[i].observed:
                     for g in self.futures[i + 1 :]:
                         g.cancel()
                     self._wait_all()
@@ -281,6 +283,13 @@ class Runtime:
         if engine is None:
             return fn(*args, **kw)
         return engine.call(fn, *args, **kw)
+
+    def call_now(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        """A call inside ``try``: its result (or exception) arrives before the next statement."""
+        out = self.call(fn, *args, **kw)
+        if isinstance(out, Pending):
+            out.value()
+        return out
 
     fstring = staticmethod(fstring)
     is_ = staticmethod(Engine.is_)

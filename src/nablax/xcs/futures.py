@@ -88,7 +88,11 @@ class Pending(Lazy):
         object.__setattr__(self, "node", node)
 
     def value(self) -> Any:
-        return self.future.result()
+        try:
+            return self.future.result()
+        except BaseException:
+            self.node.observed = True  # the program saw this failure (it may catch it)
+            raise
 
     def done(self) -> bool:
         return self.future.done()

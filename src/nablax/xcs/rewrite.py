@@ -4,7 +4,9 @@
 SDK methods nobody marked, so it recompiles the function from its source with three changes:
 
 - ``g(a, *b, k=c, **d)`` becomes ``__xcs__.call(g, a, *b, k=c, **d)`` (not ``super()``, whose
-  zero-argument form must stay a direct call);
+  zero-argument form must stay a direct call); inside the body of a ``try`` with ``except``
+  handlers it becomes ``__xcs__.call_now(...)``, which waits for an orchestration call's result so
+  that its exception is raised inside the ``try``, as in plain Python;
 - ``f"...{x!r:>8}..."`` becomes ``__xcs__.fstring("...", (x, 114, ">8"), ...)``, so a string built
   from a pending result stays lazy instead of waiting;
 - ``x is y`` / ``x is not y`` compare real values (``__xcs__.is_(x, y)``), since a pending result is
@@ -29,12 +31,26 @@ RUNTIME_NAME = "__xcs__"
 
 
 class _Rewriter(ast.NodeTransformer):
+    def __init__(self) -> None:
+        self.in_try = 0  # inside the body of a try with handlers: calls must raise right there
+
+    def visit_Try(self, node: ast.Try) -> ast.AST:
+        if node.handlers:
+            self.in_try += 1
+            node.body = [self.visit(s) for s in node.body]
+            self.in_try -= 1
+            node.handlers = [self.visit(h) for h in node.handlers]
+            node.orelse = [self.visit(s) for s in node.orelse]
+            node.finalbody = [self.visit(s) for s in node.finalbody]
+            return node
+        return self.generic_visit(node)
+
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         if isinstance(node.func, ast.Name) and node.func.id == "super":
             return node
         return ast.Call(
-            func=_runtime_attr("call", node),
+            func=_runtime_attr("call_now" if self.in_try else "call", node),
             args=[node.func, *node.args],
             keywords=node.keywords,
         )
@@ -99,7 +115,8 @@ def _function_node(fn: Any) -> ast.FunctionDef:
 
 def rewrite(fn: types.FunctionType, runtime: Any) -> types.FunctionType:
     """The function ``fn`` with its calls routed through ``runtime`` (an object with ``call``,
-    ``fstring``, ``is_`` and ``is_not``), which it sees as the closure variable ``__xcs__``."""
+    ``call_now``, ``fstring``, ``is_`` and ``is_not``), which it sees as the closure variable
+    ``__xcs__``."""
     if not isinstance(fn, types.FunctionType):
         raise XCSError(
             f"xcs.jit: expected a Python function, got {type(fn).__name__}. Fix: wrap the call "
