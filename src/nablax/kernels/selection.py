@@ -126,7 +126,16 @@ def policy_override(
     cache_miss_fallback: str | None = None,
 ) -> Iterator[AutotunePolicy]:
     """Change ``selector``'s policy in this block (current thread / task only). Yields the policy
-    in force."""
+    in force.
+
+    >>> from nablax.kernels import ConfigSelectorChain, policy_override
+    >>> chain = ConfigSelectorChain(persistent=False)
+    >>> with policy_override(chain, allow_autotune=False) as p:
+    ...     chain.policy.allow_autotune, p.cache_miss_fallback
+    (False, 'autotune')
+    >>> chain.policy.allow_autotune == chain._policy.allow_autotune
+    True
+    """
     if not isinstance(selector, ConfigSelectorChain):
         raise TypeError(
             f"nablax.kernels.policy_override: selector must be a ConfigSelectorChain, got "

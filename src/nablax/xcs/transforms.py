@@ -109,7 +109,6 @@ class JitFunction:
 
 def jit(
     fn: Callable | None = None,
-    *,
     executor: cf.Executor | None = None,
     max_workers: int | None = None,
 ):
@@ -355,7 +354,14 @@ def pmap(
     return_exceptions: bool = False,
 ) -> Callable:
     """As :func:`vmap`; tensor code on JAX arrays whose batch equals the local device count runs
-    across devices with ``jax.pmap`` (other batch sizes are vectorized with ``jax.vmap``)."""
+    across devices with ``jax.pmap`` (other batch sizes are vectorized with ``jax.vmap``).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from nablax import xcs
+    >>> n = jax.local_device_count()
+    >>> xcs.pmap(lambda x: jnp.sum(x * x))(jnp.ones((n, 3))).tolist() == [3.0] * n
+    True
+    """
     return _map(
         fn, in_axes, out_axes, max_workers, executor, return_exceptions, "pmap",
         _tensor_pmap(in_axes, out_axes),
