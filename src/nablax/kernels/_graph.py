@@ -22,8 +22,16 @@ from ..core.tensor import Tensor, bind, to_impl
 from ..core.transforms.custom import _traced
 from ._call import CallSpec
 
-_avals: dict = {}
+_avals: dict = {}  # (spec, ...) -> traced output structure; bounded like the executor's memo
 _avals_lock = threading.Lock()
+_AVALS_MAX = 4096
+
+
+def _remember(key, value) -> None:
+    with _avals_lock:
+        if len(_avals) >= _AVALS_MAX:
+            _avals.clear()
+        _avals[key] = value
 
 
 def _flat_call(spec: CallSpec, with_res: bool):
@@ -49,8 +57,7 @@ def _structure(spec: CallSpec, with_res: bool, in_avals: tuple):
     leaves, treedef = jax.tree_util.tree_flatten(y_struct)
     flat = jax.eval_shape(_flat_call(spec, with_res), *structs)
     out = (tuple((tuple(o.shape), o.dtype) for o in flat), treedef, len(leaves))
-    with _avals_lock:
-        _avals[key] = out
+    _remember(key, out)
     return out
 
 
@@ -103,9 +110,15 @@ def _vjp_prim(n_arrays: int, n_res: int, n_out: int) -> Primitive:
 
 
 def _res_treedef(spec: CallSpec, in_avals: tuple):
-    structs = [jax.ShapeDtypeStruct(s, d) for s, d in in_avals]
-    _, res = jax.eval_shape(spec.with_residuals, *structs)
-    return jax.tree_util.tree_structure(res)
+    """The residuals' pytree structure (traced once per signature, like ``_structure``)."""
+    key = ("res", spec, in_avals)
+    hit = _avals.get(key)
+    if hit is None:
+        structs = [jax.ShapeDtypeStruct(s, d) for s, d in in_avals]
+        _, res = jax.eval_shape(spec.with_residuals, *structs)
+        hit = jax.tree_util.tree_structure(res)
+        _remember(key, hit)
+    return hit
 
 
 def _kernel_vjp_rule(params, cts, primals, outs):
