@@ -225,8 +225,10 @@ def test_autotune_under_jit_times_real_runs_and_picks_the_fastest(store):
     t = {row[0]: row[1] for row in entry.timings}
     slow = [v for c, v in t.items() if '"n":3000' in c][0]
     fast = [v for c, v in t.items() if '"n":3}' in c][0]
-    # 3000 dependent 32x32 matmuls take milliseconds on any CPU; a timed trace would not
-    assert slow > 2e-3 and slow > 5 * fast, t
+    # 3000 dependent 32x32 matmul + tanh steps take milliseconds on any CPU; a timed trace would
+    # not. Compared as a difference: on an oversubscribed machine every synchronized run also
+    # pays a wake-up latency of a few ms, the same for both candidates.
+    assert slow - fast > 1e-3, t
 
 
 def test_tuner_budget_and_progress(kernel, capsys):
