@@ -9,8 +9,9 @@ live in :mod:`nablax.kernels.library` (``matmul``, ``attention``).
 
 Module map: ``kernel.py`` (base class, dispatch), ``invocation.py`` (call keys), ``selection.py``
 (chain, policy, overlay), ``tuner.py``, ``cache.py`` (memory + SQLite), ``executor.py``,
-``fingerprint.py``, ``_call.py`` (the JAX callable of a call), ``_graph.py`` (the nablax graph
-node), ``library/``.
+``fingerprint.py``, ``_call.py`` (the JAX callable of a call), ``library/``. This layer does not
+import nablax core; core registers its Tensor type and the ``kernel_call`` graph node
+(``nablax/core/ops/kernel_call.py``) with the executor when it is imported.
 
 >>> import jax.numpy as jnp
 >>> from nablax.kernels import library

@@ -49,7 +49,6 @@ import numpy as np
 from jax.core import Tracer
 
 from .. import _config
-from ..core.tensor import Tensor
 from ._call import CallSpec
 from .invocation import Invocation, _is_array, array_desc
 from .kernel import Kernel
@@ -110,9 +109,7 @@ class Executor:
             if _config.get("ops_record"):
                 self._record(kernel, inv)
         if kind == _TENSORS:
-            from ._graph import call_on_tensors
-
-            return call_on_tensors(spec, leaves)
+            return _tensor_call(spec, leaves)
         arrays = [leaves[i] for i in spec.array_pos]
         if kind == _TRACERS:
             return spec.forward()(*arrays)
@@ -240,12 +237,26 @@ def _signature(kernel: Kernel, leaves: list, treedef: Any) -> tuple[tuple | None
             sig.append((x.shape, x.dtype))
             if isinstance(x, Tracer):
                 kind = max(kind, _TRACERS)
-        elif isinstance(x, Tensor):
+        elif _TENSOR_TYPES and isinstance(x, _TENSOR_TYPES):
             sig.append((x.shape, x.dtype))
             kind = _TENSORS
         else:
-            return None, (_TENSORS if any(isinstance(y, Tensor) for y in leaves) else kind)
+            tensors = _TENSOR_TYPES and any(isinstance(y, _TENSOR_TYPES) for y in leaves)
+            return None, (_TENSORS if tensors else kind)
     return tuple(sig), kind
+
+
+# Lazy tensor types of the layer above (nablax core registers Tensor and its graph-node builder
+# when it is imported; this layer never imports core)
+_TENSOR_TYPES: tuple = ()
+_tensor_call: Any = None
+
+
+def register_tensor_type(cls: type, call: Any) -> None:
+    """Route calls with ``cls`` arguments to ``call(spec, leaves)`` (used by nablax core)."""
+    global _TENSOR_TYPES, _tensor_call
+    _TENSOR_TYPES = (*_TENSOR_TYPES, cls) if cls not in _TENSOR_TYPES else _TENSOR_TYPES
+    _tensor_call = call
 
 
 def _static_key(leaves: list, spec: CallSpec) -> str:

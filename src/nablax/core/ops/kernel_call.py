@@ -1,5 +1,9 @@
 """Kernel calls on nablax Tensors: one ``kernel_call`` node in the lazy graph.
 
+The kernel layer (``nablax.kernels``) sits below core and never imports it: this module registers
+:func:`call_on_tensors` with the kernel executor, which hands it every call that has Tensor
+arguments.
+
 The node's parameter is the call's :class:`~._call.CallSpec` (kernel, config, structure), so the
 realization cache keys on it and repeated calls reuse the compiled program. Under a
 differentiation trace the node also outputs the kernel's residuals (``fwd_with_residuals``), and
@@ -13,14 +17,15 @@ import threading
 
 import jax
 
-from ..core.ops import _rules
-from ..core.ops._batch import vmap_rule
-from ..core.ops._shard import replicated
-from ..core.ops.creation import zeros_like
-from ..core.primitive import Primitive, primitive
-from ..core.tensor import Tensor, bind, to_impl
-from ..core.transforms.custom import _traced
-from ._call import CallSpec
+from ...kernels import executor as _executor
+from ...kernels._call import CallSpec
+from ..primitive import Primitive, primitive
+from ..tensor import Tensor, bind, to_impl
+from ..transforms.custom import _traced
+from . import _rules
+from ._batch import vmap_rule
+from ._shard import replicated
+from .creation import zeros_like
 
 _avals: dict = {}  # (spec, ...) -> traced output structure; bounded like the executor's memo
 _avals_lock = threading.Lock()
@@ -153,3 +158,6 @@ def call_on_tensors(spec: CallSpec, leaves: list):
     _, y_def, n_out = _structure(spec, traced, in_avals)
     impls = bind(kernel_call_p, arrays, (spec, traced))
     return jax.tree_util.tree_unflatten(y_def, [Tensor._wrap(i) for i in impls[:n_out]])
+
+
+_executor.register_tensor_type(Tensor, call_on_tensors)
