@@ -48,6 +48,14 @@ _register(
     "Maximum number of compiled graph structures kept in the realization cache (LRU).",
 )
 _register(
+    "call_cache",
+    True,
+    _parse_bool,
+    "Replay eager calls of nx.grad / nx.value_and_grad / nx.vmap functions from a recording when "
+    "the function is provably pure and reads the same globals as when it was recorded (see "
+    "nablax/core/transforms/callcache.py); off: every call runs the function.",
+)
+_register(
     "async_rest_min_nodes",
     16,
     int,

@@ -25,7 +25,6 @@ have JVP/VJP rules (``grad(vmap(f))``).
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -349,8 +348,7 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None
     (3, 2)
     """
 
-    @functools.wraps(f)
-    def wrapped(*args, **kwargs):
+    def run(*args, **kwargs):
         if kwargs:
             keys = list(kwargs)
             n = len(args)
@@ -372,4 +370,6 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None
         leaves = [_exit_leaf(t, p, ax, size, level, f) for p, t, ax in entries]
         return _tree.unflatten(_tree.flatten(out)[1], leaves)
 
-    return wrapped
+    from . import callcache  # imports this module
+
+    return callcache.wrap(f, run)

@@ -1,0 +1,300 @@
+"""The whole-call cache of eager transform calls (core/transforms/callcache.py).
+
+Every test compares cached calls with the same calls made with the cache off (a ``_config``
+override, under which every call runs the function), and checks which calls were replayed.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import nablax as nx
+from nablax import _config
+from nablax.core.transforms import callcache
+
+SCALE = 2.0
+LOG: list = []
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    callcache.clear()
+    yield
+    callcache.clear()
+
+
+def _data(seed, shape=(8, 5)):
+    rng = np.random.default_rng(seed)
+    return nx.tensor(rng.standard_normal(shape).astype(np.float32))
+
+
+def _uncached(fn, *args):
+    with _config.override(call_cache=True):  # any override turns the cache off
+        return fn(*args)
+
+
+def _close(a, b):
+    for x, y in zip(nx.tree.leaves(a), nx.tree.leaves(b)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-6)
+
+
+def mlp_loss(params, x, y):
+    h = x
+    for w, b in params[:-1]:
+        h = nx.relu(h @ w + b)
+    w, b = params[-1]
+    logp = nx.log_softmax(h @ w + b, axis=-1)
+    return -nx.mean(nx.take_along_axis(logp, y[:, None], axis=1))
+
+
+def _mlp_params(seed):
+    sizes = (5, 7, 3)
+    return [
+        (_data(seed + i, (a, b)), _data(seed + 10 + i, (b,)))
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))
+    ]
+
+
+def test_value_and_grad_replays_and_matches():
+    vg = nx.value_and_grad(mlp_loss)
+    y = nx.tensor(np.array([0, 1, 2, 1, 0, 2, 1, 1], np.int32))
+    for step in range(5):
+        params, x = _mlp_params(step), _data(100 + step)
+        got = vg(params, x, y)
+        _close(got, _uncached(vg, params, x, y))
+    hits, recordings, declined = callcache.info()
+    assert (hits, recordings, declined) == (3, 1, 0)
+
+
+def test_vmap_grad_replays_and_matches_loop():
+    def loss(w, x, y):
+        return (x @ w - y) ** 2
+
+    f = nx.vmap(nx.grad(loss), in_axes=(None, 0, 0))
+    for step in range(4):
+        w, xs, ys = _data(step, (5,)), _data(10 + step), _data(20 + step, (8,))
+        got = np.asarray(f(w, xs, ys))
+        loop = [np.asarray(nx.grad(loss)(w, xs[i], ys[i])) for i in range(8)]
+        np.testing.assert_allclose(got, np.stack(loop), rtol=1e-5, atol=1e-6)
+    assert callcache.info()[:2] == (2, 1)
+
+
+def test_replayed_results_stay_lazy_and_fuse():
+    f = nx.grad(lambda x: (x * x).sum())
+    x = _data(0, (4,))
+    for _ in range(3):
+        g = f(x)
+    assert callcache.info()[0] == 1
+    assert not g.is_realized
+    np.testing.assert_allclose(np.asarray(g * 3), 6 * np.asarray(x), rtol=1e-6)
+
+
+def test_has_aux_and_argnums():
+    def loss(w, b, x):
+        out = x @ w + b
+        return (out**2).mean(), out.sum()
+
+    f = nx.value_and_grad(loss, argnums=(0, 1), has_aux=True)
+    for step in range(4):
+        w, b, x = _data(step, (5, 2)), _data(step + 1, (2,)), _data(step + 2)
+        _close(f(w, b, x), _uncached(f, w, b, x))
+    assert callcache.info()[0] == 2
+
+
+def scaled(x):
+    return (x * SCALE).sum()
+
+
+def test_global_scalar_change_is_seen():
+    global SCALE
+    f = nx.grad(scaled)
+    x = _data(0, (3,))
+    try:
+        for _ in range(3):
+            np.testing.assert_allclose(np.asarray(f(x)), [2.0] * 3)
+        SCALE = 5.0
+        np.testing.assert_allclose(np.asarray(f(x)), [5.0] * 3)
+        np.testing.assert_allclose(np.asarray(f(x)), [5.0] * 3)
+    finally:
+        SCALE = 2.0
+    assert callcache.info()[0] >= 2
+
+
+def test_closure_change_is_seen():
+    def make():
+        k = 1.0
+
+        def loss(x):
+            return (x * k).sum()
+
+        def set_k(v):
+            nonlocal k
+            k = v
+
+        return loss, set_k
+
+    loss, set_k = make()
+    f = nx.grad(loss)
+    x = _data(0, (2,))
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(f(x)), [1.0, 1.0])
+    set_k(4.0)
+    np.testing.assert_allclose(np.asarray(f(x)), [4.0, 4.0])
+
+
+def helper_a(x):
+    return x * 2.0
+
+
+def helper_b(x):
+    return x * 3.0
+
+
+HELPER = helper_a
+
+
+def uses_helper(x):
+    return HELPER(x).sum()
+
+
+def test_rebound_helper_function_is_seen():
+    global HELPER
+    f = nx.grad(uses_helper)
+    x = _data(0, (2,))
+    try:
+        for _ in range(3):
+            np.testing.assert_allclose(np.asarray(f(x)), [2.0, 2.0])
+        HELPER = helper_b
+        np.testing.assert_allclose(np.asarray(f(x)), [3.0, 3.0])
+    finally:
+        HELPER = helper_a
+
+
+def logs(x):
+    LOG.append(1)
+    return (x * x).sum()
+
+
+def prints(x):
+    print("called")
+    return (x * x).sum()
+
+
+def test_side_effects_run_every_call(capsys):
+    LOG.clear()
+    x = _data(0, (2,))
+    f, g = nx.grad(logs), nx.grad(prints)
+    for _ in range(4):
+        f(x)
+        g(x)
+    assert len(LOG) == 4
+    assert capsys.readouterr().out.count("called") == 4
+    assert callcache.info()[0] == 0
+    assert callcache.info()[2] == 2
+
+
+def test_data_dependent_python_is_not_replayed():
+    def loss(x):
+        if x.sum() > 0:
+            return (x * 2.0).sum()
+        return (x * -3.0).sum()
+
+    f = nx.grad(loss)
+    pos = nx.tensor([1.0, 2.0])
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(f(pos)), [2.0, 2.0])
+    np.testing.assert_allclose(np.asarray(f(-pos)), [-3.0, -3.0])
+    assert callcache.info()[0] == 0
+    assert "value" in callcache.last_decline_reason()
+
+
+def test_global_random_key_is_not_replayed():
+    def loss(x):
+        return (x * nx.random.normal(shape=(2,))).sum()
+
+    f = nx.grad(loss)
+    x = nx.tensor([1.0, 1.0])
+    draws = {tuple(np.asarray(f(x)).round(6)) for _ in range(4)}
+    assert len(draws) == 4
+    assert callcache.info()[0] == 0
+
+
+def test_object_attributes_are_not_replayed():
+    class Model:
+        def __init__(self):
+            self.scale = 1.0
+
+        def loss(self, x):
+            return (x * self.scale).sum()
+
+    m = Model()
+
+    def loss(x):
+        return m.loss(x)
+
+    f = nx.grad(loss)
+    x = nx.tensor([1.0, 1.0])
+    for _ in range(3):
+        f(x)
+    m.scale = 7.0
+    np.testing.assert_allclose(np.asarray(f(x)), [7.0, 7.0])
+    assert callcache.info()[0] == 0
+
+
+def test_signature_covers_shapes_dtypes_aliasing_and_scalars():
+    def loss(a, b, c):
+        return (a * b * c).sum()
+
+    f = nx.grad(loss, argnums=(0, 1))
+    a, b = nx.tensor([1.0, 2.0]), nx.tensor([3.0, 4.0])
+    cases = [(a, b, 2.0), (a, a, 2.0), (a, b, 3.0), (nx.tensor([1.0, 2.0, 3.0]),) * 2 + (2.0,)]
+    for _ in range(3):
+        for args in cases:
+            _close(f(*args), _uncached(f, *args))
+    assert callcache.info()[0] == 4
+
+
+def test_cache_holds_no_arrays():
+    f = nx.vmap(nx.grad(lambda w, x: (x @ w) ** 2), in_axes=(None, 0))
+    w, x = _data(0, (5,)), _data(1)
+    for _ in range(3):
+        g = f(w, x).block_until_ready()
+    arrays = [weakref.ref(t._impl.value) for t in (w, x, g)]
+    del w, x, g
+    gc.collect()
+    assert all(r() is None for r in arrays)
+
+
+def test_cache_off_and_clear():
+    f = nx.grad(lambda x: (x * x).sum())
+    x = nx.tensor([1.0])
+    with _config.override(call_cache=False):
+        for _ in range(3):
+            f(x)
+    assert callcache.info() == (0, 0, 0)
+    for _ in range(3):
+        f(x)
+    assert callcache.info()[0] == 1
+    nx.clear_caches()
+    assert callcache.info() == (0, 0, 0)
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(f(x)), [2.0])
+
+
+def test_replayed_realization_compiles_once_and_matches():
+    def loss(w, x, y):
+        return (x @ w - y) ** 2
+
+    nx.clear_caches()
+    f = nx.vmap(nx.grad(loss), in_axes=(None, 0, 0))
+    for step in range(6):
+        w, xs, ys = _data(step, (5,)), _data(10 + step), _data(20 + step, (8,))
+        got = f(w, xs, ys).numpy()
+        want = _uncached(f, w, xs, ys).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    assert callcache.info()[0] == 4
+    assert nx.cache_info().compiles == 1
