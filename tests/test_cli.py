@@ -20,10 +20,9 @@ def test_demo_trains_mlp_and_compiles_each_program_once():
     assert all(b < a for a, b in zip(windows, windows[1:])), windows
     assert r.accuracy > 0.9
     # every step has the same graph structure, realized as two programs (the loss, then the
-    # asynchronous backward pass and update): two compiles, the rest are cache hits
-    # two programs, each compiled at most twice: the graph of the first steps, and the same graph
-    # replayed from the call cache (its nodes come in another order); constant, not per step
-    assert r.compiles <= 4
+    # asynchronous backward pass and update): two compiles, the rest are cache hits (also once
+    # the call cache replays the step's graph: the same nodes in the same order, the same keys)
+    assert r.compiles <= 2  # 0 if an earlier test in this process compiled them
     assert r.compiles + r.hits == 2 * 250
     text = "\n".join(lines)
     assert "loss" in text and "accuracy" in text and "CacheInfo" in text

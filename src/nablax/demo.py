@@ -132,12 +132,11 @@ def run(
 
     ``print_fn`` receives each line of the report (``None`` silences it). Each step is realized
     by reading its loss (``loss.item()``), which also computes the new parameters and velocity
-    (in a second, asynchronous program); all steps share one graph structure: two programs, each
-    compiled at most twice (for the graph the first steps build, and for the graph replayed from
-    the call cache from the third step on, whose nodes come in another order), then cache hits.
+    (in a second, asynchronous program); all steps share one graph structure (also from the third
+    step on, when the call cache replays the gradient's graph): two compiles, then cache hits.
 
     >>> r = run(steps=5, print_fn=None)
-    >>> len(r.losses), r.losses[-1] < r.losses[0], r.compiles <= 4, r.compiles + r.hits
+    >>> len(r.losses), r.losses[-1] < r.losses[0], r.compiles <= 2, r.compiles + r.hits
     (5, True, True, 10)
     """
     say = print_fn if print_fn is not None else (lambda _line: None)

@@ -23,6 +23,7 @@ memory is freed.
 from __future__ import annotations
 
 import gc
+import itertools
 from typing import Any
 
 SCALAR_TYPES = frozenset((bool, int, float, complex))
@@ -122,6 +123,13 @@ def deeper(a: Trace | None, b: Trace | None) -> Trace | None:
     return b
 
 
+_next_seq = itertools.count().__next__
+
+
+def seq_of(node: Node) -> int:
+    return node.seq
+
+
 class Node:
     """One primitive application in the lazy graph."""
 
@@ -134,6 +142,7 @@ class Node:
         "values",
         "outs",
         "depth",
+        "seq",
         "trace",
         "avals",
         "bdims",
@@ -149,6 +158,10 @@ class Node:
         self.values: list | None = None  # output values once realized (None entries: not computed)
         self.outs: tuple = ()  # weak references to the output TensorImpls
         self.depth = depth
+        # creation order: a node is created after its inputs, so sorting by ``seq`` is a
+        # topological order, and a canonical one (the same program always gets the same order,
+        # however its nodes are found), which keeps realization keys stable
+        self.seq = _next_seq()
         self.trace = trace  # deepest Trace this node depends on, or None (see Trace)
         # (batch dims of each input, output batch shape) when an input is vmap-batched, else None
         self.bdims = None
@@ -216,7 +229,7 @@ def toposort(roots: list[Node]) -> list[Node]:
             if m not in seen and (m.values is None or m.values[j] is None):
                 seen[m] = None
                 stack.append(m)
-    return sorted(seen, key=lambda n: n.depth)  # deeper than every pending input: topological
+    return sorted(seen, key=seq_of)  # created after every input: topological
 
 
 class gc_paused:

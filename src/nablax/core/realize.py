@@ -129,15 +129,18 @@ class _Entry:
 class Group:
     """The nodes of one replayed transform call (transforms/callcache.py), whose realization
     repeats call after call: the first realization of a group records which of its arrays and
-    outputs the program takes, later ones skip the graph walk and the structure key."""
+    outputs the program takes, later ones skip the graph walk and the structure key.
+
+    Everything is held weakly: a group keeps no node, array or tensor alive (a dropped result is
+    gone, and a result that is gone is not computed by the next program)."""
 
     __slots__ = ("owner", "nodes", "arrays", "made")
 
-    def __init__(self, owner, nodes: dict, arrays: list, made: list) -> None:
+    def __init__(self, owner, nodes, arrays: list, made: list) -> None:
         self.owner = owner  # has a ``fast`` attribute: None or the recorded program binding
-        self.nodes = nodes  # node -> None, every node the call built
-        self.arrays = arrays  # the realized arrays the nodes read
-        self.made = made  # the output impls of the call
+        self.nodes = [weakref.ref(n) for n in nodes]  # every node the call built
+        self.arrays = [weakref.ref(a) for a in arrays]  # the realized arrays the nodes read
+        self.made = [weakref.ref(m) for m in made]  # the output impls of the call
 
 
 _last_group: list = [None]
@@ -148,23 +151,37 @@ def note_group(group: Group) -> None:
     _last_group[0] = group
 
 
+def _alive(refs: list):
+    out = [w() for w in refs]
+    return None if None in out else out
+
+
 def _realize_group(g: Group, roots, requested) -> bool:
     """Realize ``g``'s outputs without walking the graph, if ``requested`` is exactly them and
     nothing else is connected; ``False`` to take the ordinary path."""
-    made = g.made
-    if len(requested) != len(made) or any(a is not b for a, b in zip(requested, made)):
+    made = _alive(g.made)
+    if made is None or len(requested) != len(made):
         return False
-    for n in g.nodes:
+    for a, b in zip(requested, made):
+        if a is not b:
+            return False
+    nodes = _alive(g.nodes)
+    if nodes is None:
+        return False
+    for n in nodes:
         if n.values is not None:
             return False
-    if _connected(g.nodes):
+    nodes = dict.fromkeys(nodes)
+    if _connected(nodes):
+        return False
+    arrays = _alive(g.arrays)
+    if arrays is None:
         return False
     fast = g.owner.fast
     if fast is not None:
         key, entry, leaf_idx, consts, out_idx = fast
         if _S.cache.get(key) is entry:
             fn = entry.param_fn if entry.param_fn is not None else entry.baked_fn
-            arrays = g.arrays
             results = fn([arrays[i] for i in leaf_idx], consts)
             _S.hits += 1
             _S.realizations += 1
@@ -172,10 +189,10 @@ def _realize_group(g: Group, roots, requested) -> bool:
             _store([made[i] for i in out_idx], results)
             return True
     seen = _collect(roots, {})
-    if len(seen) != len(g.nodes):
+    if len(seen) != len(nodes):
         return False
     key, entry, leaves, consts, out_impls = _run(seen, ())
-    where = {id(a): i for i, a in enumerate(g.arrays)}
+    where = {id(a): i for i, a in enumerate(arrays)}
     slot = {id(m): i for i, m in enumerate(made)}
     if all(id(a) in where for a in leaves) and all(id(o) in slot for o in out_impls):
         g.owner.fast = (
@@ -327,7 +344,7 @@ def _touches(start, in_prog, leaf_ids, memo) -> bool:
     return found
 
 
-_depth = operator.attrgetter("depth")
+_seq = operator.attrgetter("seq")
 
 
 def _collect(roots, seen: dict) -> dict:
@@ -356,9 +373,9 @@ def _collect(roots, seen: dict) -> dict:
 
 
 def _structure(seen: dict, boundary=()):
-    """Number every value the collected nodes use in topological order (a node is always deeper
-    than its pending inputs, so a stable sort by depth is one), and build the structure key plus
-    the runtime arguments."""
+    """Number every value the collected nodes use in creation order (topological, and canonical:
+    the same program gets the same key however its nodes were found), and build the structure key
+    plus the runtime arguments."""
     node_pos: dict = {}  # node -> slot of its first output
     leaf_slot: dict = {}  # id(array) -> slot
     leaves: list = []
@@ -369,7 +386,7 @@ def _structure(seen: dict, boundary=()):
     out_impls: list = []
     out_codes: list = []
     n = 0
-    for node in sorted(seen, key=_depth):
+    for node in sorted(seen, key=_seq):
         inputs = node.inputs
         codes = []
         for inp in inputs:
@@ -424,7 +441,7 @@ def _structure(seen: dict, boundary=()):
                     out_impls.append(impl)
                     out_codes.append(n + j)
         n += nout
-    for node in boundary:  # values a later program reads: stored on the node itself
+    for node in sorted(boundary, key=_seq):  # values a later program reads: kept on the node
         base = node_pos[node]
         for j in range(len(node.outs)):
             out_impls.append((node, j))

@@ -56,7 +56,7 @@ import numpy as np
 from ... import _config
 from ... import tree as _tree
 from .. import realize as _realize
-from ..graph import EFFECTS, PENDING, SCALAR_TYPES, Const, Node, note_pending, split_ref
+from ..graph import EFFECTS, PENDING, SCALAR_TYPES, Const, Node, note_pending, seq_of, split_ref
 from ..tensor import Tensor, TensorImpl
 from .plan import _DEAD, _Lit, _scalar_code
 from .trace import _stack
@@ -643,7 +643,7 @@ def _capture(out, args: tuple, guards: tuple) -> _Recording:
     slot_of: dict = {}
     n_slots = n_args
     nodes = []
-    for n in sorted(new, key=lambda n: n.depth):
+    for n in sorted(new, key=seq_of):
         codes = []
         for inp in n.inputs:
             t = type(inp)

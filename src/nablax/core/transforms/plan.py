@@ -29,7 +29,7 @@ import threading
 import weakref
 
 from ... import _config
-from ..graph import SCALAR_TYPES, Const, Node
+from ..graph import SCALAR_TYPES, Const, Node, seq_of
 from ..tensor import TensorImpl
 from .trace import input_aval
 
@@ -249,7 +249,7 @@ def _record(fr: Frame, markers, result: dict):
     slot_of: dict = {}
     n_slots = len(fr.env)
     nodes = []
-    for n in sorted(new, key=lambda n: n.depth):  # a node is deeper than its inputs
+    for n in sorted(new, key=seq_of):  # created after its inputs: topological
         codes = []
         for inp in n.inputs:
             t = type(inp)

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..graph import SCALAR_TYPES, Const, Node, Trace, end_trace, note_pending, split_ref
+from ..graph import SCALAR_TYPES, Const, Node, Trace, end_trace, note_pending, seq_of, split_ref
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, impl_from_array
 
@@ -166,7 +166,7 @@ def collect(roots, stop) -> list[Node]:
                 if m.trace is not None and m not in seen:
                     seen[m] = None
                     stack.append(m)
-    return sorted(seen, key=lambda n: n.depth)
+    return sorted(seen, key=seq_of)
 
 
 def depends(order, markers) -> set:
