@@ -56,9 +56,10 @@ import numpy as np
 from ... import _config
 from ... import tree as _tree
 from .. import realize as _realize
-from ..graph import EFFECTS, PENDING, SCALAR_TYPES, Const, Node, note_pending, seq_of, split_ref
-from ..tensor import Tensor, TensorImpl
-from .plan import _DEAD, _Lit, _scalar_code
+from ..graph import EFFECTS, SCALAR_TYPES, Const, Node, note_pending, seq_of
+from ..tensor import Tensor
+from . import plan as _plan
+from .plan import _Lit, _scalar_code
 from .trace import _stack
 from .vmap import _level
 
@@ -517,13 +518,11 @@ class _Recording:
         "misses",
         "fast",
         "n_args",
-        "pending_order",
     )
 
-    def __init__(self, nodes, outputs, out_treedef, guards, n_args: int, order) -> None:
+    def __init__(self, nodes, outputs, out_treedef, guards, n_args: int) -> None:
         self.n_args = n_args
-        self.pending_order = order  # output slots in the order the call created them
-        self.nodes = nodes  # (prim, params, codes, int_codes, nout, multi, bdims)
+        self.nodes = nodes  # plan.encode_node tuples
         self.outputs = outputs  # per output leaf: ("t", slot, shape, dtype) or ("v", value)
         self.out_treedef = out_treedef
         self.guards = guards
@@ -550,25 +549,8 @@ class _Recording:
     def replay(self, args: tuple):
         env = _arg_refs(args)
         depths = [_ref_depth(r) for r in env]
-        max_depth = 0
         built: dict = {}
-        for prim, params, codes, int_codes, nout, multi, bdims in self.nodes:
-            refs = tuple([env[c] if type(c) is int else c.v for c in codes])
-            d = max([depths[c] for c in int_codes], default=0) + 1
-            node = Node(prim, params, refs, d)
-            built[node] = None
-            if bdims is not None:
-                node.bdims = bdims
-            if nout == 1:
-                node.outs = (_DEAD,)
-                env.append((node, 0) if multi else node)
-                depths.append(d)
-            else:
-                node.outs = (_DEAD,) * nout
-                env.extend((node, j) for j in range(nout))
-                depths.extend([d] * nout)
-            if d > max_depth:
-                max_depth = d
+        max_depth = _plan.build_nodes(self.nodes, env, depths, None, built)
         made: dict = {}
         leaves = []
         for out in self.outputs:
@@ -578,17 +560,9 @@ class _Recording:
             _, slot, shape, dtype = out
             impl = made.get(slot)
             if impl is None:
-                ref = env[slot]
-                impl = made[slot] = TensorImpl(ref, None, shape, dtype)
-                node, j = (ref, 0) if type(ref) is Node else ref
-                outs = list(node.outs)
-                outs[j] = weakref.ref(impl)
-                node.outs = tuple(outs)
+                impl = made[slot] = _plan.bind_output(env[slot], shape, dtype)
+                note_pending(_plan.src_out(env[slot]))
             leaves.append(Tensor._wrap(impl))
-        for slot in self.pending_order:  # as the call noted them: the same realization key
-            impl = made[slot]
-            node, j = split_ref(impl.src)
-            note_pending(node.outs[j])
         if max_depth > _config.get("max_graph_depth"):
             _realize.realize_impls(list(made.values()))
         else:
@@ -658,12 +632,8 @@ def _capture(out, args: tuple, guards: tuple) -> _Recording:
             else:
                 codes.append(arg_slot[id(inp)])
         slot_of[n] = n_slots
-        nout = len(n.outs)
-        n_slots += nout
-        int_codes = tuple(c for c in codes if type(c) is int)
-        nodes.append(
-            (n.prim, n.params, tuple(codes), int_codes, nout, n.prim.multiple_results, n.bdims)
-        )
+        n_slots += len(n.outs)
+        nodes.append(_plan.encode_node(n, codes, None))
     outputs = []
     for leaf in leaves:
         if type(leaf) is Tensor:
@@ -672,16 +642,4 @@ def _capture(out, args: tuple, guards: tuple) -> _Recording:
             outputs.append(("t", slot_of[m] + j, impl.shape, impl.dtype))
         else:
             outputs.append(("v", leaf))
-    # Realization orders nodes of equal depth as it finds them, starting from the pending
-    # tensors in creation order; replay notes its outputs in the order the call did.
-    rank = {}
-    for i, wr in enumerate(PENDING):
-        impl = wr()
-        if impl is not None:
-            rank[id(impl)] = i
-    by_slot: dict = {}
-    for leaf, out in zip(leaves, outputs):
-        if out[0] == "t":
-            by_slot.setdefault(out[1], rank.get(id(leaf._impl), len(rank)))
-    order = sorted(by_slot, key=by_slot.get)
-    return _Recording(tuple(nodes), tuple(outputs), treedef, guards, n_args, tuple(order))
+    return _Recording(tuple(nodes), tuple(outputs), treedef, guards, n_args)

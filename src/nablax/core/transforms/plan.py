@@ -270,24 +270,8 @@ def _record(fr: Frame, markers, result: dict):
                     return None  # an array the forward graph does not read
                 codes.append(s)
         slot_of[n] = n_slots
-        nout = len(n.outs)
-        n_slots += nout
-        int_codes = tuple(c for c in codes if type(c) is int)
-        traced = n.trace is trace
-        avals = n.avals if traced else None
-        nodes.append(
-            (
-                n.prim,
-                n.params,
-                tuple(codes),
-                int_codes,
-                nout,
-                n.prim.multiple_results,
-                traced,
-                avals,
-                n.bdims,
-            )
-        )
+        n_slots += len(n.outs)
+        nodes.append(encode_node(n, codes, trace))
     outputs = []
     for i, m in enumerate(markers):
         ct = result.get(m)
@@ -300,17 +284,30 @@ def _record(fr: Frame, markers, result: dict):
     return Plan(tuple(nodes), tuple(outputs))
 
 
-def replay(plan: Plan, frame: Frame, markers) -> dict:
-    """Build the recorded backward nodes on ``frame``; ``{marker: cotangent tensor}``."""
-    from ..tensor import Tensor
+def encode_node(n: Node, codes: list, trace) -> tuple:
+    """A recorded node: ``codes`` holds an int slot or a :class:`_Lit` per input; ``trace``: the
+    trace the replayed node joins when ``n`` belongs to it (``None``: never traced)."""
+    traced = trace is not None and n.trace is trace
+    return (
+        n.prim,
+        n.params,
+        tuple(codes),
+        tuple(c for c in codes if type(c) is int),
+        len(n.outs),
+        n.prim.multiple_results,
+        traced,
+        n.avals if traced else None,
+        n.bdims,
+    )
 
-    _S.hits += 1
-    env = frame.env
-    depths = frame.depths
-    trace = frame.trace
+
+def build_nodes(nodes, env: list, depths: list, trace, built: dict | None = None) -> int:
+    """Create the recorded ``nodes`` (from :func:`encode_node`) in order, appending their output
+    references to ``env`` and depths to ``depths`` (and each node to ``built``); returns the
+    largest depth. Outputs start with dead weak references: see :func:`bind_output`."""
     dead = _DEAD
     max_depth = 0
-    for prim, params, codes, int_codes, nout, multi, traced, avals, bdims in plan.nodes:
+    for prim, params, codes, int_codes, nout, multi, traced, avals, bdims in nodes:
         refs = tuple([env[c] if type(c) is int else c.v for c in codes])
         d = max([depths[c] for c in int_codes], default=0) + 1
         node = Node(prim, params, refs, d, trace if traced else None)
@@ -318,6 +315,8 @@ def replay(plan: Plan, frame: Frame, markers) -> dict:
             node.avals = avals
         if bdims is not None:
             node.bdims = bdims
+        if built is not None:
+            built[node] = None
         if nout == 1:
             node.outs = (dead,)
             env.append((node, 0) if multi else node)
@@ -328,8 +327,27 @@ def replay(plan: Plan, frame: Frame, markers) -> dict:
             depths.extend([d] * nout)
         if d > max_depth:
             max_depth = d
-    from ..graph import note_pending
+    return max_depth
 
+
+def bind_output(ref, shape, dtype, batch_shape=()) -> TensorImpl:
+    """A pending tensor for the node output ``ref`` built by :func:`build_nodes`."""
+    impl = TensorImpl(ref, None, shape, dtype, batch_shape)
+    node, j = (ref, 0) if type(ref) is Node else ref
+    outs = list(node.outs)
+    outs[j] = weakref.ref(impl)
+    node.outs = tuple(outs)
+    return impl
+
+
+def replay(plan: Plan, frame: Frame, markers) -> dict:
+    """Build the recorded backward nodes on ``frame``; ``{marker: cotangent tensor}``."""
+    from ..graph import note_pending
+    from ..tensor import Tensor
+
+    _S.hits += 1
+    env = frame.env
+    max_depth = build_nodes(plan.nodes, env, frame.depths, frame.trace)
     marker_list = list(markers)
     result = {}
     made: dict = {}
@@ -337,15 +355,16 @@ def replay(plan: Plan, frame: Frame, markers) -> dict:
         impl = made.get(slot)
         if impl is None:
             ref = env[slot]
-            impl = made[slot] = TensorImpl(ref, None, shape, dtype, bd)
-            node, j = (ref, 0) if type(ref) is Node else ref
-            outs = list(node.outs)
-            outs[j] = weakref.ref(impl)
-            node.outs = tuple(outs)
-            note_pending(outs[j])
+            impl = made[slot] = bind_output(ref, shape, dtype, bd)
+            note_pending(src_out(ref))
         result[marker_list[i]] = Tensor._wrap(impl)
     if max_depth > _config.get("max_graph_depth"):
         from ..realize import realize_impls
 
         realize_impls(list(made.values()))
     return result
+
+
+def src_out(ref) -> weakref.ref:
+    """The weak reference to the tensor of node output ``ref``."""
+    return ref.outs[0] if type(ref) is Node else ref[0].outs[ref[1]]
