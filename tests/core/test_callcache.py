@@ -298,3 +298,24 @@ def test_replayed_realization_compiles_once_and_matches():
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert callcache.info()[0] == 4
     assert nx.cache_info().compiles == 1
+
+
+def test_requires_grad_arguments_run_the_function():
+    """A replay builds untraced nodes, so an argument with ``requires_grad_()`` must make the call
+    run (``backward()`` then differentiates through it, here a second derivative)."""
+
+    def loss(w, x):
+        return ((x @ w) ** 2).sum()
+
+    g = nx.grad(loss)
+    x = _data(1, (4, 3))
+    for _ in range(3):
+        g(_data(2, (3,)), x).numpy()
+    assert callcache.info()[:2] == (1, 1)
+    w = _data(2, (3,))
+    w.requires_grad_()
+    g(w, x).sum().backward()
+    # d/dw sum(2 x^T x w) = 2 x^T x 1
+    xn = np.asarray(x)
+    np.testing.assert_allclose(w.grad.numpy(), 2 * xn.T @ xn @ np.ones(3), rtol=1e-5)
+    assert callcache.info()[0] == 1  # not replayed

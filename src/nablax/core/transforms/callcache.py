@@ -162,7 +162,11 @@ def _arg_key(args: tuple):
             impl = leaf._impl
             if impl.batch_shape or impl.sharding is not None:
                 return None
-            ref = impl.src if impl.src is not None else impl.value
+            ref = impl.src
+            if ref is None:
+                ref = impl.value
+            elif (ref if type(ref) is Node else ref[0]).trace is not None:
+                return None  # differentiated (requires_grad_): the call must build traced nodes
             k = id(ref) if type(ref) is not tuple else ref
             parts.append((impl.shape, impl.dtype, first.setdefault(k, i)))
         elif t in SCALAR_TYPES or leaf is None or t is str:
