@@ -153,7 +153,10 @@ def note_group(group: Group) -> None:
 
 def _alive(refs: list):
     out = [w() for w in refs]
-    return None if None in out else out
+    for v in out:
+        if v is None:  # (``None in out`` would call the arrays' ``__eq__``)
+            return None
+    return out
 
 
 def _realize_group(g: Group, roots, requested) -> bool:
@@ -484,9 +487,13 @@ def _compile(key, baked_consts):
                 env[base] = r
         return [env[c] for c in out_codes]
 
-    fn = jax.jit(program)
     _S.compiles += 1
-    return fn
+    if baked_consts is None:
+        return jax.jit(program)
+    # the scalars are literals: the program takes only the arrays (passing the unused scalar
+    # arrays would still cost a host-to-device transfer per call)
+    jitted = jax.jit(lambda leaves: program(leaves, None))
+    return lambda leaves, _consts: jitted(leaves)
 
 
 def _evict() -> None:
