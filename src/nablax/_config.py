@@ -56,6 +56,14 @@ _register(
     "nablax/core/transforms/callcache.py); off: every call runs the function.",
 )
 _register(
+    "call_cache_dispatch",
+    True,
+    _parse_bool,
+    "Run a replayed call's program at once (asynchronously, like jax.jit) when its arguments are "
+    "computed and every earlier replay of it was realized exactly on its own, so nothing would "
+    "have fused with it; off: replayed results always stay pending until a value is read.",
+)
+_register(
     "async_rest_min_nodes",
     16,
     int,

@@ -319,3 +319,52 @@ def test_requires_grad_arguments_run_the_function():
     xn = np.asarray(x)
     np.testing.assert_allclose(w.grad.numpy(), 2 * xn.T @ xn @ np.ones(3), rtol=1e-5)
     assert callcache.info()[0] == 1  # not replayed
+
+
+def _lin_loss(w, x, y):
+    return (x @ w - y) ** 2
+
+
+def test_call_realized_alone_each_time_is_dispatched_at_once():
+    """Once a replay's results were realized exactly on their own, later calls with computed
+    arguments run the program at once (nothing could have fused with it): same values, no new
+    compile, results already computed when the call returns."""
+    nx.clear_caches()
+    f = nx.vmap(nx.grad(_lin_loss), in_axes=(None, 0, 0))
+    outs = []
+    for step in range(6):
+        w, xs, ys = _data(step, (5,)), _data(10 + step), _data(20 + step, (8,))
+        g = f(w, xs, ys)
+        outs.append(g.is_realized)
+        np.testing.assert_allclose(g.numpy(), _uncached(f, w, xs, ys).numpy(), rtol=1e-6, atol=1e-6)
+    # call 1 runs, call 2 records, call 3 replays lazily and is realized alone, 4.. dispatch
+    assert outs == [False, False, False, True, True, True]
+    assert nx.cache_info().compiles == 1
+
+
+def test_dispatch_needs_computed_arguments_and_a_live_program():
+    f = nx.vmap(nx.grad(_lin_loss), in_axes=(None, 0, 0))
+    w, xs, ys = _data(0, (5,)), _data(1), _data(2, (8,))
+    for _ in range(4):
+        f(w, xs, ys).numpy()
+    pending_w = w * 1.0  # a pending argument: the replay stays lazy (it may fuse with w's graph)
+    g = f(pending_w, xs, ys)
+    assert not g.is_realized
+    np.testing.assert_allclose(g.numpy(), _uncached(f, w, xs, ys).numpy(), rtol=1e-6)
+    nx.clear_caches()  # the executable is gone: the call replays and compiles again
+    callcache_hits = callcache.info()[0]
+    g = f(w, xs, ys)
+    assert not g.is_realized
+    np.testing.assert_allclose(g.numpy(), _uncached(f, w, xs, ys).numpy(), rtol=1e-6)
+    assert callcache.info()[0] == callcache_hits  # cleared too: recorded anew
+
+
+def test_dispatch_turned_off_keeps_results_pending(monkeypatch):
+    monkeypatch.setitem(_config._env_cache, "call_cache_dispatch", False)
+    f = nx.vmap(nx.grad(_lin_loss), in_axes=(None, 0, 0))
+    w, xs, ys = _data(0, (5,)), _data(1), _data(2, (8,))
+    for _ in range(5):
+        g = f(w, xs, ys)
+        assert not g.is_realized
+        g.numpy()
+    assert callcache.info()[0] == 3

@@ -40,6 +40,7 @@ from .graph import (
     reset_prune_threshold,
     src_node,
 )
+from .tensor import Tensor
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ def cache_info() -> CacheInfo:
 def clear_cache() -> None:
     """Drop every cached executable and reset the counters."""
     with _S.lock:
+        for entry in _S.cache.values():
+            entry.live = False
         _S.cache.clear()
         _S.compiles = _S.hits = _S.realizations = _S.evictions = 0
 
@@ -118,9 +121,10 @@ class _Entry:
     so a loop whose scalars change (a learning-rate schedule, a counter) compiles at most twice.
     """
 
-    __slots__ = ("baked_fn", "baked_bytes", "param_fn")
+    __slots__ = ("baked_fn", "baked_bytes", "param_fn", "live")
 
     def __init__(self) -> None:
+        self.live = True  # False once evicted (a recorded binding then stops using it)
         self.baked_fn = None
         self.baked_bytes = None
         self.param_fn = None
@@ -134,12 +138,15 @@ class Group:
     Everything is held weakly: a group keeps no node, array or tensor alive (a dropped result is
     gone, and a result that is gone is not computed by the next program)."""
 
-    __slots__ = ("owner", "nodes", "arrays", "made")
+    __slots__ = ("owner", "nodes", "arrays", "pattern", "made")
 
-    def __init__(self, owner, nodes, arrays: list, made: list) -> None:
+    def __init__(self, owner, nodes, arrays: list, pattern: tuple, made: list) -> None:
         self.owner = owner  # has a ``fast`` attribute: None or the recorded program binding
         self.nodes = [weakref.ref(n) for n in nodes]  # every node the call built
         self.arrays = [weakref.ref(a) for a in arrays]  # the realized arrays the nodes read
+        # which of the call's arguments those arrays are: a binding made when other arguments
+        # were pending (or computed) does not apply
+        self.pattern = pattern
         self.made = [weakref.ref(m) for m in made]  # the output impls of the call
 
 
@@ -156,6 +163,24 @@ def _alive(refs: list):
     for v in out:
         if v is None:  # (``None in out`` would call the arrays' ``__eq__``)
             return None
+    return out
+
+
+def run_bound(fast, arrays: list):
+    """Run the program of a group binding (``Group.owner.fast``) on ``arrays`` (what the group's
+    ``arrays`` would be); its results in the order of the group's outputs, or ``None`` if the
+    executable was evicted since."""
+    key, entry, leaf_idx, consts, out_idx, _pattern = fast
+    if not entry.live:
+        return None
+    fn = entry.param_fn if entry.param_fn is not None else entry.baked_fn
+    results = fn([arrays[i] for i in leaf_idx], consts)
+    _S.hits += 1
+    _S.realizations += 1
+    _S.epoch += 1
+    out = [None] * len(out_idx)
+    for i, r in zip(out_idx, results):
+        out[i] = r
     return out
 
 
@@ -181,15 +206,10 @@ def _realize_group(g: Group, roots, requested) -> bool:
     if arrays is None:
         return False
     fast = g.owner.fast
-    if fast is not None:
-        key, entry, leaf_idx, consts, out_idx = fast
-        if _S.cache.get(key) is entry:
-            fn = entry.param_fn if entry.param_fn is not None else entry.baked_fn
-            results = fn([arrays[i] for i in leaf_idx], consts)
-            _S.hits += 1
-            _S.realizations += 1
-            _S.epoch += 1
-            _store([made[i] for i in out_idx], results)
+    if fast is not None and fast[5] == g.pattern:
+        results = run_bound(fast, arrays)
+        if results is not None:
+            _store(made, results)
             return True
     seen = _collect(roots, {})
     if len(seen) != len(nodes):
@@ -197,13 +217,18 @@ def _realize_group(g: Group, roots, requested) -> bool:
     key, entry, leaves, consts, out_impls = _run(seen, ())
     where = {id(a): i for i, a in enumerate(arrays)}
     slot = {id(m): i for i, m in enumerate(made)}
-    if all(id(a) in where for a in leaves) and all(id(o) in slot for o in out_impls):
+    if (
+        all(id(a) in where for a in leaves)
+        and all(id(o) in slot for o in out_impls)
+        and len(out_impls) == len(made)
+    ):
         g.owner.fast = (
             key,
             entry,
             [where[id(a)] for a in leaves],
             consts,
             [slot[id(o)] for o in out_impls],
+            g.pattern,
         )
     return True
 
@@ -499,7 +524,7 @@ def _compile(key, baked_consts):
 def _evict() -> None:
     limit = _config.get("executable_cache_size")
     while len(_S.cache) > limit:
-        _S.cache.popitem(last=False)
+        _S.cache.popitem(last=False)[1].live = False
         _S.evictions += 1
 
 
@@ -548,12 +573,12 @@ def realize(*tensors) -> None:
     >>> a.is_realized and b.is_realized
     True
     """
-    import jax
-
-    from .tensor import Tensor
-
-    leaves = jax.tree_util.tree_leaves(tensors, is_leaf=lambda t: isinstance(t, Tensor))
-    realize_impls([t._impl for t in leaves if isinstance(t, Tensor)])
+    impls = []
+    for t in jax.tree_util.tree_leaves(tensors):  # a Tensor is a leaf (not a pytree node)
+        if isinstance(t, Tensor) and t._impl.value is None:
+            impls.append(t._impl)
+    if impls:
+        realize_impls(impls)
 
 
 _tracing_depth = 0  # > 0 while nx.compile records a function (transforms/compile.py)

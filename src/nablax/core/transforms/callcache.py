@@ -32,6 +32,12 @@ so it may skip the user's Python only when skipping it cannot change anything:
    directly, without running the function: the same values, the same realization cache key, the
    same laziness (the results can still fuse with what follows). A failed guard (say, a global
    learning rate changed) runs the function again and records anew.
+4. When the results of a replay were realized exactly on their own (the program computed those
+   outputs and nothing else: ``realize.Group``), the recording keeps that program's binding. A
+   later call whose tensor arguments are all computed then starts the program at once
+   (asynchronously, as ``jax.jit`` does) and returns computed tensors: nothing was pending beside
+   the call's graph last time, so nothing could have fused with it. Calls with a pending argument
+   replay lazily as in 3. The option ``call_cache_dispatch`` turns this step off.
 
 The argument signature is the pytree structure, each tensor's shape and dtype, which arguments are
 the same tensor, and the value of each non-tensor leaf (Python scalars only; anything else is not
@@ -57,7 +63,7 @@ from ... import _config
 from ... import tree as _tree
 from .. import realize as _realize
 from ..graph import EFFECTS, SCALAR_TYPES, Const, Node, note_pending, seq_of
-from ..tensor import Tensor
+from ..tensor import Tensor, TensorImpl
 from . import plan as _plan
 from .plan import _Lit, _scalar_code
 from .trace import _stack
@@ -126,13 +132,23 @@ def call(cache: dict, f, run, args: tuple):
 
     ``cache`` belongs to one transformed function; ``f`` is the user function it transforms.
     """
-    key = _arg_key(args)
+    key, arrays = _arg_key(args)
     if key is None:
         return run(*args)
     entry = cache.get(key)
     if type(entry) is _Recording and entry.generation == _S.generation:
         if entry.guards_hold():
             _S.hits += 1
+            fast = entry.fast
+            if (
+                fast is not None
+                and arrays is not None
+                and fast[5] == entry.tensor_pos  # bound with every tensor argument computed
+                and _config.get("call_cache_dispatch")
+            ):
+                out = entry.dispatch(arrays)
+                if out is not None:
+                    return out
             return entry.replay(args)
         entry.misses += 1
         if entry.misses > _MAX_GUARD_MISSES:
@@ -153,27 +169,40 @@ def call(cache: dict, f, run, args: tuple):
 
 
 def _arg_key(args: tuple):
-    leaves, treedef = _tree.flatten(args)
-    parts = [treedef]
+    """``(signature, arrays)``: the argument signature (``None``: not cacheable) and the values of
+    the tensor arguments in order (``None`` unless every one is computed)."""
+    for a in args:
+        if type(a) is not Tensor:
+            leaves, treedef = _tree.flatten(args)
+            parts = [treedef]
+            break
+    else:  # only tensors: the common ``f(w, x, y)`` needs no pytree flattening
+        leaves = args
+        parts = [len(args)]
     first: dict = {}
+    arrays: list | None = []
     for i, leaf in enumerate(leaves):
         t = type(leaf)
         if t is Tensor:
             impl = leaf._impl
             if impl.batch_shape or impl.sharding is not None:
-                return None
+                return None, None
             ref = impl.src
             if ref is None:
                 ref = impl.value
+                if arrays is not None:
+                    arrays.append(ref)
             elif (ref if type(ref) is Node else ref[0]).trace is not None:
-                return None  # differentiated (requires_grad_): the call must build traced nodes
+                return None, None  # differentiated (requires_grad_): must build traced nodes
+            else:
+                arrays = None
             k = id(ref) if type(ref) is not tuple else ref
             parts.append((impl.shape, impl.dtype, first.setdefault(k, i)))
         elif t in SCALAR_TYPES or leaf is None or t is str:
             parts.append(_scalar_code(leaf))
         else:
-            return None
-    return tuple(parts)
+            return None, None
+    return tuple(parts), arrays
 
 
 def _arg_refs(args: tuple) -> list:
@@ -522,10 +551,19 @@ class _Recording:
         "misses",
         "fast",
         "n_args",
+        "out_avals",
+        "made_slots",
+        "bare",
+        "tensor_pos",
     )
 
-    def __init__(self, nodes, outputs, out_treedef, guards, n_args: int) -> None:
+    def __init__(self, nodes, outputs, out_treedef, guards, n_args: int, tensor_pos) -> None:
         self.n_args = n_args
+        # the distinct output slots in order (the order replay makes their tensors in)
+        self.out_avals = {o[1]: (o[2], o[3]) for o in outputs if o[0] == "t"}
+        self.made_slots = tuple(self.out_avals)
+        self.bare = out_treedef.num_nodes == 1 and out_treedef.num_leaves == 1  # one leaf
+        self.tensor_pos = tensor_pos  # which argument leaves are tensors
         self.nodes = nodes  # plan.encode_node tuples
         self.outputs = outputs  # per output leaf: ("t", slot, shape, dtype) or ("v", value)
         self.out_treedef = out_treedef
@@ -550,6 +588,22 @@ class _Recording:
                 return False
         return True
 
+    def dispatch(self, arrays: list):
+        """The call's results computed at once by the program its replays were realized with
+        (``fast``), given the values of the tensor arguments; ``None`` if that program is gone
+        (replay instead). The program runs asynchronously, as ``jax.jit`` would run it."""
+        # the result tensors first: little Python between starting the program and returning
+        made = {slot: TensorImpl(None, None, *aval) for slot, aval in self.out_avals.items()}
+        leaves = [o[1] if o[0] == "v" else Tensor._wrap(made[o[1]]) for o in self.outputs]
+        out = leaves[0] if self.bare else _tree.unflatten(self.out_treedef, leaves)
+        results = _realize.run_bound(self.fast, arrays)
+        if results is None:
+            self.fast = None
+            return None
+        for impl, value in zip(made.values(), results):
+            impl.value = value
+        return out
+
     def replay(self, args: tuple):
         env = _arg_refs(args)
         depths = [_ref_depth(r) for r in env]
@@ -570,8 +624,15 @@ class _Recording:
         if max_depth > _config.get("max_graph_depth"):
             _realize.realize_impls(list(made.values()))
         else:
-            arrays = [r for r in env[: self.n_args] if r is not None and type(r) not in _REFS]
-            _realize.note_group(_realize.Group(self, built, arrays, list(made.values())))
+            pos = [
+                i
+                for i, r in enumerate(env[: self.n_args])
+                if r is not None and type(r) not in _REFS
+            ]
+            group = _realize.Group(
+                self, built, [env[i] for i in pos], tuple(pos), list(made.values())
+            )
+            _realize.note_group(group)
         return _tree.unflatten(self.out_treedef, leaves)
 
 
@@ -646,4 +707,5 @@ def _capture(out, args: tuple, guards: tuple) -> _Recording:
             outputs.append(("t", slot_of[m] + j, impl.shape, impl.dtype))
         else:
             outputs.append(("v", leaf))
-    return _Recording(tuple(nodes), tuple(outputs), treedef, guards, n_args)
+    tensor_pos = tuple(i for i, r in enumerate(_arg_refs(args)) if r is not None)
+    return _Recording(tuple(nodes), tuple(outputs), treedef, guards, n_args, tensor_pos)
