@@ -33,7 +33,7 @@ def _data(seed, shape=(8, 5)):
 
 
 def _uncached(fn, *args):
-    with _config.override(call_cache=True):  # any override turns the cache off
+    with _config.override(call_cache=False):
         return fn(*args)
 
 
@@ -359,12 +359,21 @@ def test_dispatch_needs_computed_arguments_and_a_live_program():
     assert callcache.info()[0] == callcache_hits  # cleared too: recorded anew
 
 
-def test_dispatch_turned_off_keeps_results_pending(monkeypatch):
-    monkeypatch.setitem(_config._env_cache, "call_cache_dispatch", False)
+def test_dispatch_turned_off_keeps_results_pending():
     f = nx.vmap(nx.grad(_lin_loss), in_axes=(None, 0, 0))
     w, xs, ys = _data(0, (5,)), _data(1), _data(2, (8,))
-    for _ in range(5):
-        g = f(w, xs, ys)
-        assert not g.is_realized
-        g.numpy()
+    with _config.override(call_cache_dispatch=False):  # the call cache itself stays on
+        for _ in range(5):
+            g = f(w, xs, ys)
+            assert not g.is_realized
+            g.numpy()
     assert callcache.info()[0] == 3
+
+
+def test_other_overrides_turn_the_cache_off():
+    f = nx.grad(lambda x: (x * x).sum())
+    x = _data(0, (4,))
+    with _config.override(max_graph_depth=10_000):
+        for _ in range(4):
+            f(x)
+    assert callcache.info() == (0, 0, 0)

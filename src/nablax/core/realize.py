@@ -173,15 +173,23 @@ def run_bound(fast, arrays: list):
     key, entry, leaf_idx, consts, out_idx, _pattern = fast
     if not entry.live:
         return None
-    fn = entry.param_fn if entry.param_fn is not None else entry.baked_fn
-    results = fn([arrays[i] for i in leaf_idx], consts)
+    leaves = arrays if leaf_idx is None else [arrays[i] for i in leaf_idx]
+    fn = entry.param_fn
+    results = entry.baked_fn(leaves) if fn is None else fn(leaves, consts)
     _S.hits += 1
     _S.realizations += 1
     _S.epoch += 1
+    if out_idx is None:
+        return results
     out = [None] * len(out_idx)
     for i, r in zip(out_idx, results):
         out[i] = r
     return out
+
+
+def _perm(idx: list, n: int):
+    """``None`` if ``idx`` picks all ``n`` items in order (nothing to reorder), else ``idx``."""
+    return None if idx == list(range(n)) else idx
 
 
 def _realize_group(g: Group, roots, requested) -> bool:
@@ -225,9 +233,9 @@ def _realize_group(g: Group, roots, requested) -> bool:
         g.owner.fast = (
             key,
             entry,
-            [where[id(a)] for a in leaves],
+            _perm([where[id(a)] for a in leaves], len(arrays)),
             consts,
-            [slot[id(o)] for o in out_impls],
+            _perm([slot[id(o)] for o in out_impls], len(made)),
             g.pattern,
         )
     return True
@@ -278,19 +286,19 @@ def _run(seen: dict, boundary) -> None:
         entry.baked_fn = _compile(key, consts)
         entry.baked_bytes = [c.tobytes() for c in consts]
         _evict()
-        fn = entry.baked_fn
+        fn = None
     else:
         _S.cache.move_to_end(key)
-        if entry.param_fn is not None:
-            fn = entry.param_fn
+        fn = entry.param_fn
+        if fn is not None:
             _S.hits += 1
         elif all(c.tobytes() == b for c, b in zip(consts, entry.baked_bytes)):
-            fn = entry.baked_fn
             _S.hits += 1
         else:
             fn = entry.param_fn = _compile(key, None)
             entry.baked_fn = entry.baked_bytes = None
-    results = fn(leaves, consts)
+    # the baked program takes only the arrays (its scalars are literals)
+    results = entry.baked_fn(leaves) if fn is None else fn(leaves, consts)
     _S.realizations += 1
     _S.epoch += 1
     _store(out_impls, results)
@@ -481,7 +489,8 @@ def _structure(seen: dict, boundary=()):
 
 
 def _compile(key, baked_consts):
-    """A jitted program for structure ``key``; scalars are literals when ``baked_consts`` is given."""
+    """A jitted program for structure ``key``: ``fn(leaves, consts)``, or ``fn(leaves)`` with the
+    scalars as literals when ``baked_consts`` is given."""
     prog, leaf_desc, const_desc, out_codes, n_slots = key
     group_index: dict = {}
     for _, d, _k in const_desc:
@@ -517,8 +526,7 @@ def _compile(key, baked_consts):
         return jax.jit(program)
     # the scalars are literals: the program takes only the arrays (passing the unused scalar
     # arrays would still cost a host-to-device transfer per call)
-    jitted = jax.jit(lambda leaves: program(leaves, None))
-    return lambda leaves, _consts: jitted(leaves)
+    return jax.jit(lambda leaves: program(leaves, None))
 
 
 def _evict() -> None:
@@ -573,6 +581,11 @@ def realize(*tensors) -> None:
     >>> a.is_realized and b.is_realized
     True
     """
+    if len(tensors) == 1 and type(tensors[0]) is Tensor:  # the common nx.realize(x)
+        impl = tensors[0]._impl
+        if impl.value is None:
+            realize_impls([impl])
+        return
     impls = []
     for t in jax.tree_util.tree_leaves(tensors):  # a Tensor is a leaf (not a pytree node)
         if isinstance(t, Tensor) and t._impl.value is None:

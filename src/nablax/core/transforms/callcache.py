@@ -41,7 +41,8 @@ so it may skip the user's Python only when skipping it cannot change anything:
 
 The argument signature is the pytree structure, each tensor's shape and dtype, which arguments are
 the same tensor, and the value of each non-tensor leaf (Python scalars only; anything else is not
-cached). Calls inside other transforms, inside ``nx.compile``, under ``_config.override`` or while a
+cached). Calls inside other transforms, inside ``nx.compile``, under ``_config.override`` (of any
+option but ``call_cache`` and ``call_cache_dispatch``) or while a
 profiler or debugger is installed (``sys.getprofile`` / ``sys.gettrace``) always run normally. The
 option ``call_cache`` (``NABLAX_CALL_CACHE=0``) turns the cache off.
 """
@@ -102,15 +103,19 @@ def clear() -> None:
     _S.hits = _S.recordings = _S.declined = 0
 
 
+# options that an override may set without turning the cache off (every other option may change
+# what the function builds, so any override of one makes every call run)
+_OWN_OPTIONS = frozenset(("call_cache", "call_cache_dispatch"))
+
+
 def active() -> bool:
     """Whether a transform call made here may use the cache (outermost, eager, no overrides)."""
-    return (
-        not _stack.traces
-        and _level.depth == 0
-        and _realize._tracing_depth == 0
-        and _config._overrides.get() is None
-        and _config.get("call_cache")
-    )
+    if _stack.traces or _level.depth or _realize._tracing_depth:
+        return False
+    ov = _config._overrides.get()
+    if ov is not None and not ov.keys() <= _OWN_OPTIONS:
+        return False
+    return _config.get("call_cache")
 
 
 def wrap(f, run):
