@@ -174,11 +174,12 @@ def run_bound(fast, arrays: list):
     if not entry.live:
         return None
     leaves = arrays if leaf_idx is None else [arrays[i] for i in leaf_idx]
-    fn = entry.param_fn
-    results = entry.baked_fn(leaves) if fn is None else fn(leaves, consts)
-    _S.hits += 1
-    _S.realizations += 1
-    _S.epoch += 1
+    with _S.lock:  # (reentrant: realization holds it already)
+        fn = entry.param_fn
+        results = entry.baked_fn(leaves) if fn is None else fn(leaves, consts)
+        _S.hits += 1
+        _S.realizations += 1
+        _S.epoch += 1
     if out_idx is None:
         return results
     out = [None] * len(out_idx)
