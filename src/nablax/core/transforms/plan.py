@@ -205,7 +205,7 @@ class Plan:
     __slots__ = ("nodes", "outputs")
 
     def __init__(self, nodes, outputs) -> None:
-        self.nodes = nodes  # (prim, params, codes, int_codes, nout, multi, traced, avals, bdims)
+        self.nodes = nodes  # encode_node tuples
         self.outputs = outputs  # (marker index, slot, shape, dtype, batch_shape)
 
 
@@ -288,16 +288,18 @@ def encode_node(n: Node, codes: list, trace) -> tuple:
     """A recorded node: ``codes`` holds an int slot or a :class:`_Lit` per input; ``trace``: the
     trace the replayed node joins when ``n`` belongs to it (``None``: never traced)."""
     traced = trace is not None and n.trace is trace
+    int_codes = tuple(c for c in codes if type(c) is int)
     return (
         n.prim,
         n.params,
         tuple(codes),
-        tuple(c for c in codes if type(c) is int),
+        int_codes,
         len(n.outs),
         n.prim.multiple_results,
         traced,
         n.avals if traced else None,
         n.bdims,
+        len(int_codes) != len(codes),  # has literal inputs
     )
 
 
@@ -306,10 +308,18 @@ def build_nodes(nodes, env: list, depths: list, trace, built: dict | None = None
     references to ``env`` and depths to ``depths`` (and each node to ``built``); returns the
     largest depth. Outputs start with dead weak references: see :func:`bind_output`."""
     dead = _DEAD
+    get = env.__getitem__
+    dget = depths.__getitem__
     max_depth = 0
-    for prim, params, codes, int_codes, nout, multi, traced, avals, bdims in nodes:
-        refs = tuple([env[c] if type(c) is int else c.v for c in codes])
-        d = max([depths[c] for c in int_codes], default=0) + 1
+    for prim, params, codes, int_codes, nout, multi, traced, avals, bdims, lits in nodes:
+        if lits:
+            refs = tuple([get(c) if type(c) is int else c.v for c in codes])
+        else:
+            refs = tuple(map(get, codes))
+        if len(int_codes) == 1:
+            d = dget(int_codes[0]) + 1
+        else:
+            d = max(map(dget, int_codes), default=0) + 1
         node = Node(prim, params, refs, d, trace if traced else None)
         if traced:
             node.avals = avals
