@@ -377,3 +377,26 @@ def test_other_overrides_turn_the_cache_off():
         for _ in range(4):
             f(x)
     assert callcache.info() == (0, 0, 0)
+
+
+def test_dispatched_outputs_keep_their_order_and_aliasing():
+    """Several outputs (value, a tuple of gradients, aux with a repeated tensor and a Python
+    value), realized together each call: the dispatched results land in the right leaves."""
+
+    def loss(w, b, x):
+        out = x @ w + b
+        s = out.sum()
+        return (out**2).mean(), (s, s, out.max(), 3)
+
+    f = nx.value_and_grad(loss, argnums=(0, 1), has_aux=True)
+    w, b = _data(1, (5, 2)), _data(2, (2,))
+    dispatched = []
+    for step in range(6):
+        x = _data(10 + step)
+        got = f(w, b, x)
+        dispatched.append(got[0][0].is_realized)
+        nx.realize(got)
+        (value, (s1, s2, mx, three)), grads = got
+        assert s1 is s2 and three == 3
+        _close(got, _uncached(f, w, b, x))
+    assert dispatched == [False, False, False, True, True, True]

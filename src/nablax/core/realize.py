@@ -197,10 +197,11 @@ def _realize_group(g: Group, roots, requested) -> bool:
     """Realize ``g``'s outputs without walking the graph, if ``requested`` is exactly them and
     nothing else is connected; ``False`` to take the ordinary path."""
     made = _alive(g.made)
-    if made is None or len(requested) != len(made):
+    if made is None:
         return False
-    for a, b in zip(requested, made):
-        if a is not b:
+    if len(requested) != len(made) or any(a is not b for a, b in zip(requested, made)):
+        # another order, or a tensor asked for twice: the same request if the same set
+        if {id(r) for r in requested} != {id(m) for m in made}:
             return False
     nodes = _alive(g.nodes)
     if nodes is None:

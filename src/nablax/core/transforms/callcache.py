@@ -598,15 +598,19 @@ class _Recording:
         (``fast``), given the values of the tensor arguments; ``None`` if that program is gone
         (replay instead). The program runs asynchronously, as ``jax.jit`` would run it."""
         # the result tensors first: little Python between starting the program and returning
-        made = {slot: TensorImpl(None, None, *aval) for slot, aval in self.out_avals.items()}
-        leaves = [o[1] if o[0] == "v" else Tensor._wrap(made[o[1]]) for o in self.outputs]
+        # one tensor per output slot: an output returned twice is the same object, as in a call
+        made = {
+            slot: Tensor._wrap(TensorImpl(None, None, *aval))
+            for slot, aval in self.out_avals.items()
+        }
+        leaves = [o[1] if o[0] == "v" else made[o[1]] for o in self.outputs]
         out = leaves[0] if self.bare else _tree.unflatten(self.out_treedef, leaves)
         results = _realize.run_bound(self.fast, arrays)
         if results is None:
             self.fast = None
             return None
-        for impl, value in zip(made.values(), results):
-            impl.value = value
+        for t, value in zip(made.values(), results):
+            t._impl.value = value
         return out
 
     def replay(self, args: tuple):
@@ -614,18 +618,20 @@ class _Recording:
         depths = [_ref_depth(r) for r in env]
         built: dict = {}
         max_depth = _plan.build_nodes(self.nodes, env, depths, None, built)
-        made: dict = {}
+        made: dict = {}  # slot -> impl
+        wrapped: dict = {}  # slot -> tensor (one per slot: an output returned twice is one object)
         leaves = []
         for out in self.outputs:
             if out[0] == "v":
                 leaves.append(out[1])
                 continue
             _, slot, shape, dtype = out
-            impl = made.get(slot)
-            if impl is None:
+            t = wrapped.get(slot)
+            if t is None:
                 impl = made[slot] = _plan.bind_output(env[slot], shape, dtype)
                 note_pending(_plan.src_out(env[slot]))
-            leaves.append(Tensor._wrap(impl))
+                t = wrapped[slot] = Tensor._wrap(impl)
+            leaves.append(t)
         if max_depth > _config.get("max_graph_depth"):
             _realize.realize_impls(list(made.values()))
         else:
