@@ -141,7 +141,7 @@ class Group:
     __slots__ = ("owner", "nodes", "arrays", "pattern", "made")
 
     def __init__(self, owner, nodes, arrays: list, pattern: tuple, made: list) -> None:
-        self.owner = owner  # has a ``fast`` attribute: None or the recorded program binding
+        self.owner = owner  # has a ``fast`` attribute: None or a Binding
         self.nodes = [weakref.ref(n) for n in nodes]  # every node the call built
         self.arrays = [weakref.ref(a) for a in arrays]  # the realized arrays the nodes read
         # which of the call's arguments those arrays are: a binding made when other arguments
@@ -166,20 +166,35 @@ def _alive(refs: list):
     return out
 
 
-def run_bound(fast, arrays: list):
-    """Run the program of a group binding (``Group.owner.fast``) on ``arrays`` (what the group's
-    ``arrays`` would be); its results in the order of the group's outputs, or ``None`` if the
-    executable was evicted since."""
-    key, entry, leaf_idx, consts, out_idx, _pattern = fast
+class Binding:
+    """How the program that realized a group exactly takes the group's arrays and gives its
+    outputs (``Group.owner.fast``): the next realization of the same group runs it directly."""
+
+    __slots__ = ("entry", "leaf_idx", "consts", "out_idx", "pattern")
+
+    def __init__(self, entry: _Entry, leaf_idx, consts, out_idx, pattern: tuple) -> None:
+        self.entry = entry  # the cached executables of the program's structure
+        self.leaf_idx = leaf_idx  # program leaf k is arrays[leaf_idx[k]] (None: arrays as is)
+        self.consts = consts  # the scalar arguments (for a program that takes them)
+        self.out_idx = out_idx  # program output k is the group's output out_idx[k] (None: same)
+        self.pattern = pattern  # Group.pattern it was made with (which arguments were arrays)
+
+
+def run_bound(b: Binding, arrays: list):
+    """Run the program of binding ``b`` on ``arrays`` (what the group's ``arrays`` would be); its
+    results in the order of the group's outputs, or ``None`` if the executable was evicted."""
+    entry = b.entry
     if not entry.live:
         return None
+    leaf_idx = b.leaf_idx
     leaves = arrays if leaf_idx is None else [arrays[i] for i in leaf_idx]
     with _S.lock:  # (reentrant: realization holds it already)
         fn = entry.param_fn
-        results = entry.baked_fn(leaves) if fn is None else fn(leaves, consts)
+        results = entry.baked_fn(leaves) if fn is None else fn(leaves, b.consts)
         _S.hits += 1
         _S.realizations += 1
         _S.epoch += 1
+    out_idx = b.out_idx
     if out_idx is None:
         return results
     out = [None] * len(out_idx)
@@ -216,7 +231,7 @@ def _realize_group(g: Group, roots, requested) -> bool:
     if arrays is None:
         return False
     fast = g.owner.fast
-    if fast is not None and fast[5] == g.pattern:
+    if fast is not None and fast.pattern == g.pattern:
         results = run_bound(fast, arrays)
         if results is not None:
             _store(made, results)
@@ -224,7 +239,7 @@ def _realize_group(g: Group, roots, requested) -> bool:
     seen = _collect(roots, {})
     if len(seen) != len(nodes):
         return False
-    key, entry, leaves, consts, out_impls = _run(seen, ())
+    _key, entry, leaves, consts, out_impls = _run(seen, ())
     where = {id(a): i for i, a in enumerate(arrays)}
     slot = {id(m): i for i, m in enumerate(made)}
     if (
@@ -232,8 +247,7 @@ def _realize_group(g: Group, roots, requested) -> bool:
         and all(id(o) in slot for o in out_impls)
         and len(out_impls) == len(made)
     ):
-        g.owner.fast = (
-            key,
+        g.owner.fast = Binding(
             entry,
             _perm([where[id(a)] for a in leaves], len(arrays)),
             consts,

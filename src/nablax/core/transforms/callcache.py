@@ -148,7 +148,7 @@ def call(cache: dict, f, run, args: tuple):
             if (
                 fast is not None
                 and arrays is not None
-                and fast[5] == entry.tensor_pos  # bound with every tensor argument computed
+                and fast.pattern == entry.tensor_pos  # bound with every tensor argument computed
                 and _config.get("call_cache_dispatch")
             ):
                 out = entry.dispatch(arrays)
@@ -575,7 +575,7 @@ class _Recording:
         self.guards = guards
         self.generation = _S.generation
         self.misses = 0
-        self.fast = None  # the realization's program binding (realize.Group)
+        self.fast = None  # realize.Binding of the program that realized a replay exactly
 
     def guards_hold(self) -> bool:
         for container, name, mode, expected in self.guards:
