@@ -400,3 +400,26 @@ def test_dispatched_outputs_keep_their_order_and_aliasing():
         assert s1 is s2 and three == 3
         _close(got, _uncached(f, w, b, x))
     assert dispatched == [False, False, False, True, True, True]
+
+
+def test_dispatch_from_several_threads_matches():
+    """Threads calling the same cached function at once (each records, replays and dispatches on
+    its own): every result equals the uncached one."""
+    import concurrent.futures
+
+    f = nx.vmap(nx.grad(_lin_loss), in_axes=(None, 0, 0))
+    inputs = [(_data(i, (5,)), _data(50 + i), _data(100 + i, (8,))) for i in range(4)]
+    want = [_uncached(f, *a).numpy() for a in inputs]
+
+    def work(i):
+        out = []
+        for _ in range(8):
+            out.append(f(*inputs[i]).numpy())
+        return out
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, range(4)))
+    for i, outs in enumerate(results):
+        for got in outs:
+            np.testing.assert_allclose(got, want[i], rtol=1e-6, atol=1e-6)
+    assert callcache.info()[0] > 0  # some calls were replayed
