@@ -20,8 +20,7 @@ def test_demo_trains_mlp_and_compiles_each_program_once():
     assert all(b < a for a, b in zip(windows, windows[1:])), windows
     assert r.accuracy > 0.9
     # every step has the same graph structure, realized as two programs (the loss, then the
-    # asynchronous backward pass and update): two compiles, the rest are cache hits (also once
-    # the call cache replays the step's graph: the same nodes in the same order, the same keys)
+    # asynchronous backward pass and update): two compiles, the rest are cache hits
     assert r.compiles <= 2  # 0 if an earlier test in this process compiled them
     assert r.compiles + r.hits == 2 * 250
     text = "\n".join(lines)

@@ -144,16 +144,15 @@ __version__ = "0.1.0"
 
 def clear_caches() -> None:
     """Drop every in-memory cache nablax keeps (compiled graph structures, recorded backward
-    passes and transform calls, the default kernel executor's configs and compiled kernel calls, the xcs
+    passes, the default kernel executor's configs and compiled kernel calls, the xcs
     classifier's results) and reset their
     counters. The persistent kernel database is kept: ``nablax cache clear`` empties it."""
     import sys
 
-    from .core.transforms import callcache, plan
+    from .core.transforms import plan
 
     _realize_mod.clear_cache()
     plan.clear_plans()
-    callcache.clear()
     executor = sys.modules.get("nablax.kernels.executor")
     if executor is not None:  # only when the kernel layer is in use
         executor.clear_default_caches()

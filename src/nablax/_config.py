@@ -48,22 +48,6 @@ _register(
     "Maximum number of compiled graph structures kept in the realization cache (LRU).",
 )
 _register(
-    "call_cache",
-    True,
-    _parse_bool,
-    "Replay eager calls of nx.grad / nx.value_and_grad / nx.vmap functions from a recording when "
-    "the function is provably pure and reads the same globals as when it was recorded (see "
-    "nablax/core/transforms/callcache.py); off: every call runs the function.",
-)
-_register(
-    "call_cache_dispatch",
-    True,
-    _parse_bool,
-    "Run a replayed call's program at once (asynchronously, like jax.jit) when its arguments are "
-    "computed and every earlier replay of it was realized exactly on its own, so nothing would "
-    "have fused with it; off: replayed results always stay pending until a value is read.",
-)
-_register(
     "async_rest_min_nodes",
     16,
     int,

@@ -175,10 +175,6 @@ class Node:
 # an eager training loop reading only ``loss`` also computes the updated weights in the same program.
 PENDING: list = []
 
-# Bumped by every operation with an effect beyond building graph nodes: reading a value back to the
-# host, drawing from the global random key, ``requires_grad_``/``backward``/``.grad``. A transform
-# call during which it changed is never replayed from the call cache (transforms/callcache.py).
-EFFECTS: list = [0]
 _prune_at = [4096]
 
 

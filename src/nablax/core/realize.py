@@ -85,8 +85,6 @@ def cache_info() -> CacheInfo:
 def clear_cache() -> None:
     """Drop every cached executable and reset the counters."""
     with _S.lock:
-        for entry in _S.cache.values():
-            entry.live = False
         _S.cache.clear()
         _S.compiles = _S.hits = _S.realizations = _S.evictions = 0
 
@@ -121,148 +119,15 @@ class _Entry:
     so a loop whose scalars change (a learning-rate schedule, a counter) compiles at most twice.
     """
 
-    __slots__ = ("baked_fn", "baked_bytes", "param_fn", "live")
+    __slots__ = ("baked_fn", "baked_bytes", "param_fn")
 
     def __init__(self) -> None:
-        self.live = True  # False once evicted (a recorded binding then stops using it)
         self.baked_fn = None
         self.baked_bytes = None
         self.param_fn = None
 
 
-class Group:
-    """The nodes of one replayed transform call (transforms/callcache.py), whose realization
-    repeats call after call: the first realization of a group records which of its arrays and
-    outputs the program takes, later ones skip the graph walk and the structure key.
-
-    Everything is held weakly: a group keeps no node, array or tensor alive (a dropped result is
-    gone, and a result that is gone is not computed by the next program)."""
-
-    __slots__ = ("owner", "nodes", "arrays", "pattern", "made")
-
-    def __init__(self, owner, nodes, arrays: list, pattern: tuple, made: list) -> None:
-        self.owner = owner  # has a ``fast`` attribute: None or a Binding
-        self.nodes = [weakref.ref(n) for n in nodes]  # every node the call built
-        self.arrays = [weakref.ref(a) for a in arrays]  # the realized arrays the nodes read
-        # which of the call's arguments those arrays are: a binding made when other arguments
-        # were pending (or computed) does not apply
-        self.pattern = pattern
-        self.made = [weakref.ref(m) for m in made]  # the output impls of the call
-
-
-_last_group: list = [None]
-
-
-def note_group(group: Group) -> None:
-    """Remember the group just built; only the latest one can take the fast path."""
-    _last_group[0] = group
-
-
-def _alive(refs: list):
-    out = [w() for w in refs]
-    for v in out:
-        if v is None:  # (``None in out`` would call the arrays' ``__eq__``)
-            return None
-    return out
-
-
-class Binding:
-    """How the program that realized a group exactly takes the group's arrays and gives its
-    outputs (``Group.owner.fast``): the next realization of the same group runs it directly."""
-
-    __slots__ = ("entry", "leaf_idx", "consts", "out_idx", "pattern")
-
-    def __init__(self, entry: _Entry, leaf_idx, consts, out_idx, pattern: tuple) -> None:
-        self.entry = entry  # the cached executables of the program's structure
-        self.leaf_idx = leaf_idx  # program leaf k is arrays[leaf_idx[k]] (None: arrays as is)
-        self.consts = consts  # the scalar arguments (for a program that takes them)
-        self.out_idx = out_idx  # program output k is the group's output out_idx[k] (None: same)
-        self.pattern = pattern  # Group.pattern it was made with (which arguments were arrays)
-
-
-def run_bound(b: Binding, arrays: list):
-    """Run the program of binding ``b`` on ``arrays`` (what the group's ``arrays`` would be); its
-    results in the order of the group's outputs, or ``None`` if the executable was evicted."""
-    entry = b.entry
-    if not entry.live:
-        return None
-    leaf_idx = b.leaf_idx
-    leaves = arrays if leaf_idx is None else [arrays[i] for i in leaf_idx]
-    with _S.lock:  # (reentrant: realization holds it already)
-        fn = entry.param_fn
-        results = entry.baked_fn(leaves) if fn is None else fn(leaves, b.consts)
-        _S.hits += 1
-        _S.realizations += 1
-        _S.epoch += 1
-    out_idx = b.out_idx
-    if out_idx is None:
-        return results
-    out = [None] * len(out_idx)
-    for i, r in zip(out_idx, results):
-        out[i] = r
-    return out
-
-
-def _perm(idx: list, n: int):
-    """``None`` if ``idx`` picks all ``n`` items in order (nothing to reorder), else ``idx``."""
-    return None if idx == list(range(n)) else idx
-
-
-def _realize_group(g: Group, roots, requested) -> bool:
-    """Realize ``g``'s outputs without walking the graph, if ``requested`` is exactly them and
-    nothing else is connected; ``False`` to take the ordinary path."""
-    made = _alive(g.made)
-    if made is None:
-        return False
-    if len(requested) != len(made) or any(a is not b for a, b in zip(requested, made)):
-        # another order, or a tensor asked for twice: the same request if the same set
-        if {id(r) for r in requested} != {id(m) for m in made}:
-            return False
-    nodes = _alive(g.nodes)
-    if nodes is None:
-        return False
-    for n in nodes:
-        if n.values is not None:
-            return False
-    nodes = dict.fromkeys(nodes)
-    if _connected(nodes):
-        return False
-    arrays = _alive(g.arrays)
-    if arrays is None:
-        return False
-    fast = g.owner.fast
-    if fast is not None and fast.pattern == g.pattern:
-        results = run_bound(fast, arrays)
-        if results is not None:
-            _store(made, results)
-            return True
-    seen = _collect(roots, {})
-    if len(seen) != len(nodes):
-        return False
-    _key, entry, leaves, consts, out_impls = _run(seen, ())
-    where = {id(a): i for i, a in enumerate(arrays)}
-    slot = {id(m): i for i, m in enumerate(made)}
-    if (
-        all(id(a) in where for a in leaves)
-        and all(id(o) in slot for o in out_impls)
-        and len(out_impls) == len(made)
-    ):
-        g.owner.fast = Binding(
-            entry,
-            _perm([where[id(a)] for a in leaves], len(arrays)),
-            consts,
-            _perm([slot[id(o)] for o in out_impls], len(made)),
-            g.pattern,
-        )
-    return True
-
-
 def _realize(roots, requested) -> None:
-    g = _last_group[0]
-    if g is not None:
-        _last_group[0] = None
-        if not _tracing_depth and _realize_group(g, roots, requested):
-            return
     seen = _collect(roots, {})
     if _tracing_depth and _tracing_check is not None:
         _tracing_check(seen)
@@ -318,7 +183,6 @@ def _run(seen: dict, boundary) -> None:
     _S.realizations += 1
     _S.epoch += 1
     _store(out_impls, results)
-    return key, entry, leaves, consts, out_impls
 
 
 def _connected(seen: dict) -> list:
@@ -548,7 +412,7 @@ def _compile(key, baked_consts):
 def _evict() -> None:
     limit = _config.get("executable_cache_size")
     while len(_S.cache) > limit:
-        _S.cache.popitem(last=False)[1].live = False
+        _S.cache.popitem(last=False)
         _S.evictions += 1
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from .. import _config
 from ..errors import op_error
 from . import dtypes
-from .graph import EFFECTS, Const, Node, deeper, note_pending, src_node
+from .graph import Const, Node, deeper, note_pending, src_node
 
 _wref = weakref.ref
 
@@ -252,7 +252,6 @@ class Tensor:
     # ---- realization ------------------------------------------------------------------------
     def _realized_value(self) -> jax.Array:
         impl = self._impl
-        EFFECTS[0] += 1  # a value leaves the graph: Python may now depend on it
         if impl.batch_shape:
             _batched_read(self, "read the value of")
         if impl.value is None:

@@ -19,7 +19,6 @@ import numpy as np
 
 from ...errors import DTypeError, op_error
 from .. import dtypes
-from ..graph import EFFECTS
 from ..primitive import primitive
 from ..tensor import Tensor, bind, impl_from_array, to_impl
 from ._util import norm_shape
@@ -84,7 +83,6 @@ def _next_key() -> Tensor:
     from ..realize import tracing_guard
 
     tracing_guard("nx.random (global key)")
-    EFFECTS[0] += 1  # the global key advances
     if _global.key is None:
         seed(0)
     k, sub = split(_global.key)

@@ -9,6 +9,7 @@ differentiated again (``grad(grad(f))``).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -18,9 +19,8 @@ import numpy as np
 from ... import _config
 from ... import tree as _tree
 from ...errors import op_error
-from ..graph import EFFECTS, end_trace, gc_paused, split_ref
+from ..graph import end_trace, gc_paused, split_ref
 from ..tensor import Tensor, TensorImpl
-from . import callcache as _callcache
 from . import plan as _plan
 from .trace import (
     GRAD_ROOT,
@@ -341,11 +341,12 @@ def value_and_grad(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
     (9.0, [3.0, 12.0])
     """
 
+    @functools.wraps(f)
     def run(*args, **kwargs):
         out, aux, g = _value_and_grad_impl("value_and_grad", f, argnums, has_aux, args, kwargs)
         return ((out, aux), g) if has_aux else (out, g)
 
-    return _callcache.wrap(f, run)
+    return run
 
 
 def grad(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
@@ -358,11 +359,12 @@ def grad(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
     12.0
     """
 
+    @functools.wraps(f)
     def run(*args, **kwargs):
         _, aux, g = _value_and_grad_impl("grad", f, argnums, has_aux, args, kwargs)
         return (g, aux) if has_aux else g
 
-    return _callcache.wrap(f, run)
+    return run
 
 
 # ---- PyTorch-style convenience ---------------------------------------------------------------
@@ -377,7 +379,6 @@ def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor:
     >>> w.grad.tolist()
     [2.0, 4.0]
     """
-    EFFECTS[0] += 1
     if not requires_grad:
         if self in LEAVES:
             LEAVES.discard(self)
@@ -400,7 +401,6 @@ def _backward(self: Tensor, gradient=None) -> None:
     """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every ``requires_grad`` leaf it uses."""
     from ..ops.creation import ones_like
 
-    EFFECTS[0] += 1
     if gradient is None:
         if self.shape != ():
             raise RuntimeError(
@@ -441,7 +441,6 @@ def _get_grad(self: Tensor):
 
 
 def _set_grad(self: Tensor, value) -> None:
-    EFFECTS[0] += 1
     self._grad = value
 
 

@@ -25,6 +25,7 @@ have JVP/VJP rules (``grad(vmap(f))``).
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -348,6 +349,7 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None
     (3, 2)
     """
 
+    @functools.wraps(f)
     def run(*args, **kwargs):
         if kwargs:
             keys = list(kwargs)
@@ -370,6 +372,4 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None
         leaves = [_exit_leaf(t, p, ax, size, level, f) for p, t, ax in entries]
         return _tree.unflatten(_tree.flatten(out)[1], leaves)
 
-    from . import callcache  # imports this module
-
-    return callcache.wrap(f, run)
+    return run
