@@ -170,30 +170,6 @@ class Node:
         return f"Node({self.prim.name}, params={self.params})"
 
 
-# Weak references to the outputs of every node built since the last realization. At realization,
-# live pending tensors connected to the program are run with it (see realize._connected), so that in
-# an eager training loop reading only ``loss`` also computes the updated weights in the same program.
-PENDING: list = []
-
-_prune_at = [4096]
-
-
-def note_pending(wr) -> None:
-    """Record a new output; drop dead or realized entries when the list has grown (amortized O(1))."""
-    PENDING.append(wr)
-    if len(PENDING) > _prune_at[0]:
-        prune_pending()
-
-
-def prune_pending() -> None:
-    PENDING[:] = [w for w in PENDING if (i := w()) is not None and i.value is None]
-    reset_prune_threshold()
-
-
-def reset_prune_threshold() -> None:
-    _prune_at[0] = max(4096, 2 * len(PENDING))
-
-
 def split_ref(ref: Any) -> tuple[Node, int] | None:
     """``(node, index)`` for an input that is a node output, else ``None`` (a value or scalar)."""
     t = type(ref)

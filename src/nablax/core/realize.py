@@ -31,13 +31,12 @@ import jax
 import numpy as np
 
 from .. import _config
+from .context import CTX, reset_prune_threshold
 from .graph import (
-    PENDING,
     SCALAR_TYPES,
     Const,
     Node,
     gc_paused,
-    reset_prune_threshold,
     src_node,
 )
 from .tensor import Tensor
@@ -90,8 +89,8 @@ def clear_cache() -> None:
 
 
 def epoch() -> int:
-    """Number of program executions so far; a change means some value was realized."""
-    return _S.epoch
+    """Number of programs this thread has run; a change means it realized some value."""
+    return CTX.epoch
 
 
 def realize_impls(impls) -> None:
@@ -129,7 +128,7 @@ class _Entry:
 
 def _realize(roots, requested) -> None:
     seen = _collect(roots, {})
-    if _tracing_depth and _tracing_check is not None:
+    if CTX.tracing_depth and _tracing_check is not None:
         _tracing_check(seen)
     extra = _connected(seen)
     if extra:
@@ -181,7 +180,7 @@ def _run(seen: dict, boundary) -> None:
     # the baked program takes only the arrays (its scalars are literals)
     results = entry.baked_fn(leaves) if fn is None else fn(leaves, consts)
     _S.realizations += 1
-    _S.epoch += 1
+    CTX.epoch += 1
     _store(out_impls, results)
 
 
@@ -194,7 +193,8 @@ def _connected(seen: dict) -> list:
     touching: dict = {}  # node -> bool, memo across candidates
     extra = []
     live = []
-    for wr in PENDING:
+    ctx = CTX
+    for wr in ctx.pending:
         impl = wr()
         if impl is None or impl.value is not None:
             continue
@@ -207,8 +207,8 @@ def _connected(seen: dict) -> list:
         if _touches(node, in_prog, leaf_ids, touching):
             extra.append(node)
             in_prog.add(node)
-    PENDING[:] = live
-    reset_prune_threshold()
+    ctx.pending[:] = live
+    reset_prune_threshold(ctx)
     return extra
 
 
@@ -474,13 +474,12 @@ def realize(*tensors) -> None:
         realize_impls(impls)
 
 
-_tracing_depth = 0  # > 0 while nx.compile records a function (transforms/compile.py)
 _tracing_check = None  # set by transforms/compile.py: raises on a placeholder in a program
 
 
 def tracing_guard(what: str) -> None:
     """Raise if ``what`` is used while a whole-graph trace (``nx.compile``) is being recorded."""
-    if _tracing_depth:
+    if CTX.tracing_depth:
         from ..errors import ConcretizationError
 
         raise ConcretizationError(

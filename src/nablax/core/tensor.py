@@ -25,7 +25,8 @@ import numpy as np
 from .. import _config
 from ..errors import op_error
 from . import dtypes
-from .graph import Const, Node, deeper, note_pending, src_node
+from .context import note_pending
+from .graph import Const, Node, deeper, src_node
 
 _wref = weakref.ref
 

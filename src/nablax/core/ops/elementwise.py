@@ -17,8 +17,9 @@ from jax import lax
 from ... import _config
 from ...errors import DTypeError, op_error
 from .. import dtypes
+from ..context import CTX, note_pending
 from ..dtypes import bool_, promote, promote_scalar
-from ..graph import PENDING, Const, Node, deeper, note_pending
+from ..graph import Const, Node, deeper
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, batch_info, to_impl
 from ._util import broadcast_shapes
@@ -223,8 +224,9 @@ def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:
         out = TensorImpl(node, None, shape, out_dt)
     wr = _wref(out)
     node.outs = (wr,)
-    if len(PENDING) < 4096:  # inlined fast path of note_pending
-        PENDING.append(wr)
+    pending = CTX.pending
+    if len(pending) < 4096:  # inlined fast path of note_pending
+        pending.append(wr)
     else:
         note_pending(wr)
     if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
@@ -363,8 +365,9 @@ def _make_binary(name):
             out = TensorImpl(node, None, ti.shape, out_dt, b)
             wr = _wref(out)
             node.outs = (wr,)
-            if len(PENDING) < 4096:
-                PENDING.append(wr)
+            pending = CTX.pending
+            if len(pending) < 4096:
+                pending.append(wr)
             else:
                 note_pending(wr)
             if not depth & 63 and depth > _cfg_get("max_graph_depth"):

@@ -352,7 +352,7 @@ def bind_output(ref, shape, dtype, batch_shape=()) -> TensorImpl:
 
 def replay(plan: Plan, frame: Frame, markers) -> dict:
     """Build the recorded backward nodes on ``frame``; ``{marker: cotangent tensor}``."""
-    from ..graph import note_pending
+    from ..context import note_pending
     from ..tensor import Tensor
 
     _S.hits += 1

@@ -20,6 +20,7 @@ import numpy as np
 
 from ...errors import GraphBreakError
 from .. import realize as _realize
+from ..context import CTX
 from ..graph import SCALAR_TYPES, Const, Node, src_node, toposort
 from ..primitive import Primitive
 from ..tensor import Tensor, TensorImpl
@@ -86,12 +87,12 @@ class _Tracing:
     """Marks a trace in progress: realizations that need a placeholder raise GraphBreakError."""
 
     def __enter__(self):
-        _realize._tracing_depth += 1
+        CTX.tracing_depth += 1
         self.epoch = _realize.epoch()
         return self
 
     def __exit__(self, *exc):
-        _realize._tracing_depth -= 1
+        CTX.tracing_depth -= 1
 
 
 def _check_no_placeholder(nodes) -> None:
@@ -112,7 +113,7 @@ _realize._tracing_check = _check_no_placeholder
 def forget_traced(placeholders) -> None:
     """Drop the pending tensors that depend on the trace's placeholders from the pending list, so
     no later eager realization pulls them into its program (they have no values)."""
-    from ..graph import PENDING, split_ref
+    from ..graph import split_ref
 
     dep = dict.fromkeys(placeholders, True)
 
@@ -138,13 +139,13 @@ def forget_traced(placeholders) -> None:
         return dep[node]
 
     keep = []
-    for wr in PENDING:
+    for wr in CTX.pending:
         impl = wr()
         if impl is None or impl.value is not None:
             continue
         if not depends(src_node(impl.src)):
             keep.append(wr)
-    PENDING[:] = keep
+    CTX.pending[:] = keep
 
 
 def make_placeholder(t: Tensor, k: int):

@@ -10,14 +10,14 @@ and apply each primitive's ``jvp``/``vjp`` rule, which builds more lazy nablax o
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any
 
 import jax
 import numpy as np
 
-from ..graph import SCALAR_TYPES, Const, Node, Trace, end_trace, note_pending, seq_of, split_ref
+from ..context import CTX, note_pending
+from ..graph import SCALAR_TYPES, Const, Node, Trace, end_trace, seq_of, split_ref
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, impl_from_array
 
@@ -61,14 +61,6 @@ GRAD_ROOT = Trace(None)  # the trace of requires_grad leaves: alive while any su
 GRAD_ROOT.keep_alive = LEAVES.alive
 
 
-class _Stack(threading.local):
-    def __init__(self) -> None:
-        self.traces: list[Trace] = []
-
-
-_stack = _Stack()
-
-
 class open_trace:
     """Context manager: a new trace nested in the current transform's, on this thread's stack.
 
@@ -77,14 +69,15 @@ class open_trace:
     """
 
     def __init__(self) -> None:
-        self.trace = Trace(_stack.traces[-1] if _stack.traces else None)
+        traces = CTX.traces
+        self.trace = Trace(traces[-1] if traces else None)
 
     def __enter__(self) -> Trace:
-        _stack.traces.append(self.trace)
+        CTX.traces.append(self.trace)
         return self.trace
 
     def __exit__(self, *exc) -> None:
-        _stack.traces.pop()
+        CTX.traces.pop()
 
 
 # ---- markers ---------------------------------------------------------------------------------

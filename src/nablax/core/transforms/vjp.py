@@ -259,15 +259,15 @@ class _VJPFunction:
 def _check_levels_impl(self) -> None:
     """``f_vjp`` called under a vmap opened after ``vjp``: fine unless ``f`` itself used vmap,
     whose batch levels would take the same positions as the new one (levels are positional)."""
+    from ..context import CTX
     from .jacobian import _has_inner_vmap
-    from .vmap import _level
 
-    depth = _level.depth
+    depth = CTX.vmap_depth
     try:
-        _level.depth = self._depth
+        CTX.vmap_depth = self._depth
         inner = _has_inner_vmap(self._out_leaves)
     finally:
-        _level.depth = depth
+        CTX.vmap_depth = depth
     if inner:
         raise NotImplementedError(
             f"nx.vjp: the function returned by nx.vjp({_fname(self._f)}) is being vmapped, and "

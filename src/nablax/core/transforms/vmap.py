@@ -26,7 +26,6 @@ have JVP/VJP rules (``grad(vmap(f))``).
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +33,7 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import op_error
+from ..context import CTX
 from ..graph import src_node
 from ..primitive import primitive
 from ..tensor import Tensor, make_outputs
@@ -148,7 +148,7 @@ def sum_to_batch(ct: Tensor, bshape: tuple, fwd_bshape: tuple, depth: int) -> Te
 
 def vmap_depth() -> int:
     """How many vmaps enclose the current code (0 outside any)."""
-    return _level.depth
+    return CTX.vmap_depth
 
 
 def _incr_jvp(params, tangents, primals, outs):
@@ -176,14 +176,6 @@ decr_batch_dims_p.jvp, decr_batch_dims_p.vjp = _decr_jvp, _decr_vjp
 
 
 # ---- vmap ------------------------------------------------------------------------------------
-
-
-class _Level(threading.local):
-    def __init__(self) -> None:
-        self.depth = 0
-
-
-_level = _Level()
 
 
 def _fname(f) -> str:
@@ -277,7 +269,7 @@ def _entry(args, in_axes, axis_size, f):
             f"size is unknown. Fix: pass axis_size=..."
         )
     size = distinct.pop()
-    level = _level.depth
+    level = CTX.vmap_depth
     leaves = []
     for path_leaf, m in zip(entries, mapped):
         if type(m) is tuple:
@@ -362,12 +354,13 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None
             full = (spec if isinstance(spec, tuple) else (spec,) * n) + (0,) * len(keys)
             return vmap(g, full, out_axes, axis_size)(*args, *kwargs.values())
         new_args, size = _entry(args, in_axes, axis_size, f)
-        level = _level.depth
-        _level.depth = level + 1
+        ctx = CTX
+        level = ctx.vmap_depth
+        ctx.vmap_depth = level + 1
         try:
             out = f(*new_args)
         finally:
-            _level.depth = level
+            ctx.vmap_depth = level
         entries = _axes_for(out_axes, out, "output", "out_axes", f)
         leaves = [_exit_leaf(t, p, ax, size, level, f) for p, t, ax in entries]
         return _tree.unflatten(_tree.flatten(out)[1], leaves)
