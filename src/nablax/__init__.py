@@ -127,15 +127,17 @@ from .core.ops.shape import (
     swapaxes,
     tile,
     transpose,
+    unbind,
     unsqueeze,
 )
 from .core.realize import CacheInfo, cache_info, realize
-from .core.sharding import DeviceMesh, DimSpec, ShardingSpec, devices, shard_map
+from .core.sharding import DeviceMesh, DimSpec, ShardingSpec, devices
 from .core.tensor import Tensor
 from .core.transforms.compile import compile  # noqa: A004 - the public name is nx.compile
 from .core.transforms.custom import custom_vjp
 from .core.transforms.jacobian import hessian, jacfwd, jacrev
 from .core.transforms.jvp import jvp
+from .core.transforms.shard_map import shard_map
 from .core.transforms.vjp import grad, value_and_grad, vjp
 from .core.transforms.vmap import vmap
 

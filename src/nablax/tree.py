@@ -1,7 +1,8 @@
 """Pytree helpers with key paths, built on ``jax.tree_util``.
 
 nablax ``Tensor`` objects are leaves. Containers are tuples, lists, dicts, ``None``, namedtuples and
-dataclasses registered with :func:`register_dataclass` (usable as a class decorator). Key paths are
+dataclasses registered with :func:`register_dataclass` (usable as a class decorator), and any
+class registered with :func:`register_pytree_node`. Key paths are
 rendered the way error messages show them: ``args[1]['w']``.
 
 >>> import nablax as nx
@@ -30,6 +31,7 @@ __all__ = [
     "map",
     "structure",
     "register_dataclass",
+    "register_pytree_node",
     "keystr",
 ]
 
@@ -81,3 +83,34 @@ def register_dataclass(cls: type) -> type:
     names = [f.name for f in dataclasses.fields(cls)]
     jax.tree_util.register_dataclass(cls, data_fields=names, meta_fields=[])
     return cls
+
+
+def register_pytree_node(
+    nodetype: type,
+    flatten_func: Callable[[Any], tuple[Any, Any]],
+    unflatten_func: Callable[[Any, Any], Any],
+    flatten_with_keys_func: Callable[[Any], tuple[Any, Any]] | None = None,
+) -> None:
+    """Make ``nodetype`` a pytree container, with the signature of
+    ``jax.tree_util.register_pytree_node`` (the registration is JAX's own, so nablax transforms and
+    JAX see the same tree).
+
+    ``flatten_func(obj) -> (children, aux_data)``: the children are flattened further; the
+    ``aux_data`` is static (hashable, compared when trees are matched).
+    ``unflatten_func(aux_data, children) -> obj`` rebuilds it. ``flatten_with_keys_func(obj) ->
+    (((key, child), ...), aux_data)`` optionally names the children in key paths.
+
+    >>> import nablax as nx
+    >>> class Pair:
+    ...     def __init__(self, a, b):
+    ...         self.a, self.b = a, b
+    >>> nx.tree.register_pytree_node(
+    ...     Pair, lambda p: ((p.a, p.b), None), lambda aux, ch: Pair(*ch)
+    ... )
+    >>> g = nx.grad(lambda p: (p.a * p.b).sum())(Pair(nx.ones(2), nx.full((2,), 3.0)))
+    >>> g.a.tolist(), g.b.tolist()
+    ([3.0, 3.0], [1.0, 1.0])
+    """
+    jax.tree_util.register_pytree_node(
+        nodetype, flatten_func, unflatten_func, flatten_with_keys_func
+    )

@@ -160,29 +160,208 @@ def bind1(prim, inputs, params: tuple = ()) -> Tensor:
 
 
 _PY_SCALAR_TYPES = (bool, int, float, complex)
+_ACCEPTED = (
+    "pass Python numbers (bool, int, float, complex), nested lists/tuples of them, NumPy arrays "
+    "or scalars, objects with __array__ or the buffer protocol, a jax.Array or an nx.Tensor"
+)
+_ALIGN = 64  # the CPU client adopts host buffers aligned like this without copying them
+_ADOPT_BYTES = 1 << 17  # from this size on, one aligned host copy beats JAX's own copy path
 
 
-def to_impl(x: Any, dtype=None) -> TensorImpl:
-    """Any array-like (Tensor, jax/NumPy array, nested lists, scalars) as a ``TensorImpl``."""
-    if type(x) is Tensor:
+def to_impl(x: Any, dtype=None, op: str = "tensor") -> TensorImpl:
+    """Any array-like (Tensor, jax/NumPy array, nested lists, scalars) as a ``TensorImpl``.
+
+    ``op`` names the public function in error messages (``nx.<op>: ...``). Host memory the user
+    still owns (NumPy arrays, ``__array__`` objects, buffers) is always copied, so a later write to
+    it never changes a tensor; a ``jax.Array`` (immutable) is shared. Host data converts exactly or
+    raises: integers that do not fit the target dtype raise ``OverflowError`` (also where JAX
+    would wrap an int64 array to int32), NaN to an integer dtype ``ValueError``, complex values
+    with an imaginary part to a real dtype and non-numeric data ``TypeError``. Floats follow
+    NumPy/JAX (rounded; too large for the dtype: ``inf``). A ``jax.Array`` or Tensor with another
+    ``dtype`` is cast on the device, like ``astype``.
+    """
+    if type(x) is Tensor and dtype is None:
         return x._impl
     if isinstance(x, Tensor):
-        return x._impl
-    if isinstance(x, jax.Array) and dtype is None:
-        return impl_from_array(x)
-    if dtype is None and type(x) in _PY_SCALAR_TYPES:
-        dtype = dtypes.scalar_dtype(x)
-    elif type(x).__name__ == "_DimExpr":  # a symbolic size (nx.compile with dynamic_dims)
+        return _cast(x._impl, dtype)
+    if isinstance(x, jax.Array):
+        if dtype is None:
+            return impl_from_array(x)
+        return impl_from_array(jnp.asarray(x, dtype=dtypes.canonicalize(dtype)))
+    if type(x) in _PY_SCALAR_TYPES:
+        dt = dtypes.scalar_dtype(x) if dtype is None else dtypes.canonicalize(dtype)
+        try:
+            return impl_from_array(jnp.asarray(x, dtype=dt))
+        except (OverflowError, ValueError, TypeError) as e:  # e.g. an int too large for int32
+            raise _inexact(type(e), op, repr(x), dt, str(e)) from None
+    if jax.export.is_symbolic_dim(x):  # a symbolic size (nx.compile with dynamic_dims)
         from .transforms.staging import dimension_value
 
         return dimension_value(x, dtype)
-    if dtype is not None:
-        dtype = dtypes.canonicalize(dtype)
-    else:
+    a = _host_array(x, None if dtype is None else dtypes.canonicalize(dtype), op)
+    # ``a`` is ours alone: large ones are 64-byte aligned, and the CPU client adopts them as is
+    arr = jnp.asarray(a, dtype=a.dtype) if a.nbytes >= _ADOPT_BYTES else jnp.asarray(a)
+    return impl_from_array(arr)
+
+
+def _cast(impl: TensorImpl, dtype) -> TensorImpl:
+    if dtype is None or impl.dtype == dtypes.canonicalize(dtype):
+        return impl
+    from .ops.elementwise import astype
+
+    return astype(Tensor._wrap(impl), dtype)._impl
+
+
+def _not_numeric(x: Any, op: str, detail: str = "") -> TypeError:
+    what = f"{type(x).__name__} {x!r}"
+    what = what if len(what) <= 60 else what[:57] + "..."
+    return op_error(TypeError, op, f"cannot make a tensor from {what}{detail}", _ACCEPTED)
+
+
+def _inexact(cls, op: str, value: str, dt, why: str):
+    return op_error(
+        cls,
+        op,
+        f"{value} cannot be converted to {dt} exactly ({why})",
+        "pass a dtype that holds the values (e.g. dtype=nx.float32), or cast the NumPy data "
+        "yourself first if wrapping/truncation is what you want",
+    )
+
+
+def _is_numeric(dt: np.dtype) -> bool:
+    if dt.kind in "biufc":
+        return True  # bfloat16 & co. (ml_dtypes) have kind 'V' but are numbers
+    return dt.kind == "V" and dt.names is None and bool(jnp.issubdtype(dt, np.number))
+
+
+def _host_array(x: Any, target, op: str) -> np.ndarray:
+    """``x`` as a NumPy array of the canonical (or requested) dtype that no one else holds."""
+    fresh = isinstance(x, (list, tuple, range, np.generic))  # np.asarray builds a new array
+    try:
         a = np.asarray(x)
-        dtype = dtypes.canonicalize(a.dtype) if a.dtype != object else None
-        x = a
-    return impl_from_array(jnp.asarray(x, dtype=dtype))
+    except ValueError as e:  # ragged nested sequences, among others
+        raise _not_numeric(x, op, f": {e}") from None
+    if a.dtype.kind == "O":
+        if not isinstance(x, (list, tuple)):
+            raise _not_numeric(x, op, " (dtype object)" if isinstance(x, np.ndarray) else "")
+        a, target = _python_numbers(x, a, target, op), None  # exact, already in its dtype
+        fresh = True
+    elif not _is_numeric(a.dtype):
+        raise _not_numeric(x, op, f" (dtype {a.dtype})")
+    if target is None:
+        # a Python int beyond int64 made NumPy pick uint64; JAX's dtype for Python ints is int32
+        big = a.dtype == np.uint64 and isinstance(x, (list, tuple))
+        target = dtypes.int32 if big else dtypes.canonicalize(a.dtype)
+    if a.dtype != target:
+        _check_exact(a, target, op)
+        if a.dtype.kind == "c" and target.kind != "c":
+            a = a.real
+    elif fresh and (a.nbytes < _ADOPT_BYTES or not a.ctypes.data % _ALIGN):
+        return a
+    return _private_copy(a, target)
+
+
+def _python_numbers(x, a: np.ndarray, target, op: str) -> np.ndarray:
+    """Nested Python data NumPy could only hold as objects: ints beyond int64 (maybe with floats),
+    or something that is not a number."""
+    kinds = set()
+    for v in a.flat:
+        if isinstance(v, (bool, np.bool_)):
+            kinds.add("b")
+        elif isinstance(v, (int, np.integer)):
+            kinds.add("i")
+        elif isinstance(v, (float, np.floating)):
+            kinds.add("f")
+        elif isinstance(v, (complex, np.complexfloating)):
+            kinds.add("c")
+        else:
+            raise _not_numeric(x, op, f" (it holds {type(v).__name__} {v!r:.40})")
+    if target is None:  # the dtype JAX gives such data (weakly typed Python numbers)
+        target = (
+            dtypes.complex64 if "c" in kinds else dtypes.float32 if "f" in kinds else dtypes.int32
+        )
+    if target.kind in "iu":
+        info = np.iinfo(target)
+        for v in a.flat:
+            if isinstance(v, (int, np.integer)) and not info.min <= int(v) <= info.max:
+                raise _inexact(OverflowError, op, str(int(v)), target, "out of range")
+    try:
+        return np.array(a.tolist(), dtype=target)
+    except (OverflowError, ValueError, TypeError) as e:
+        raise _inexact(type(e), op, "a value", target, str(e)) from None
+
+
+def _check_exact(a: np.ndarray, target: np.dtype, op: str) -> None:
+    """Raise unless every value of ``a`` converts to ``target`` (ints in range, floats finite and
+    in range for integer targets, no imaginary parts dropped)."""
+    src = a.dtype
+    if not a.size or target.kind == "b":
+        return
+    if src.kind == "c" and target.kind != "c" and np.any(a.imag):
+        raise _inexact(TypeError, op, "complex data", target, "it has imaginary parts")
+    if target.kind not in "iu" or src.kind == "b":
+        return  # floats: rounding and overflow to inf, as NumPy and JAX
+    info = np.iinfo(target)
+    if src.kind in "iu":
+        si = np.iinfo(src)
+        if si.min >= info.min and si.max <= info.max:
+            return
+        lo, hi = a.min(), a.max()
+        if lo < info.min or hi > info.max:
+            bad = lo if lo < info.min else hi
+            raise _inexact(
+                OverflowError, op, f"value {bad}", target, f"outside [{info.min}, {info.max}]"
+            )
+        return
+    f = np.asarray(a.real if src.kind == "c" else a, dtype=np.float64)
+    if np.isnan(f).any():
+        raise _inexact(ValueError, op, "NaN", target, "integers have no NaN")
+    lo, hi = f.min(), f.max()
+    if not (info.min - 1 < lo and hi < info.max + 1):  # values truncate toward zero
+        bad = lo if not info.min - 1 < lo else hi
+        raise _inexact(
+            OverflowError, op, f"value {bad}", target, f"outside [{info.min}, {info.max}]"
+        )
+
+
+def exact_scalar(v: Any, dt: np.dtype, op: str):
+    """A Python/NumPy scalar as the Python value that becomes a constant of ``dt``, checked as
+    :func:`to_impl` checks host data: ints must fit, floats for an integer dtype must be finite and
+    in range (they truncate toward zero), an imaginary part is never dropped; non-numbers raise
+    ``TypeError`` naming ``op``."""
+    if isinstance(v, np.generic) and _is_numeric(v.dtype):
+        v = v.item()
+    t = type(v)
+    if t not in _PY_SCALAR_TYPES:
+        raise _not_numeric(v, op)
+    if t is complex and dt.kind != "c":
+        if v.imag:
+            raise _inexact(TypeError, op, repr(v), dt, "it has an imaginary part")
+        v, t = v.real, float
+    if dt.kind not in "iu":
+        return v  # bool: truthiness; floats: rounding and overflow to inf, as NumPy and JAX
+    info = np.iinfo(dt)
+    if t is float:
+        if v != v:
+            raise _inexact(ValueError, op, "NaN", dt, "integers have no NaN")
+        if not info.min - 1 < v < info.max + 1:
+            raise _inexact(OverflowError, op, repr(v), dt, f"outside [{info.min}, {info.max}]")
+        return int(v)
+    if not info.min <= v <= info.max:
+        raise _inexact(OverflowError, op, repr(v), dt, f"outside [{info.min}, {info.max}]")
+    return v
+
+
+def _private_copy(a: np.ndarray, target: np.dtype) -> np.ndarray:
+    """A C-contiguous copy of ``a`` in ``target``; large ones 64-byte aligned (adopted by JAX)."""
+    nbytes = a.size * target.itemsize
+    if nbytes < _ADOPT_BYTES:
+        return np.array(a, dtype=target, order="C", copy=True)
+    raw = np.empty(nbytes + _ALIGN, np.uint8)
+    start = -raw.ctypes.data % _ALIGN
+    out = raw[start : start + nbytes].view(target).reshape(a.shape)
+    np.copyto(out, a, casting="unsafe")
+    return out
 
 
 def _batched_read(t, what: str):
@@ -244,7 +423,13 @@ class Tensor:
 
     @property
     def sharding(self):
-        return self._impl.sharding
+        """The ``ShardingSpec`` of this tensor, or ``None`` (see core/sharding.py)."""
+        s = self._impl.sharding
+        if s is None:  # computed only when read: nothing extra on the op-building path
+            from .sharding import sharding_of
+
+            return sharding_of(self._impl)
+        return s
 
     @property
     def is_realized(self) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from jax.export import is_symbolic_dim
+
 from ...errors import ShapeError, op_error
 
 _bcast_cache: dict[tuple, tuple] = {}
@@ -99,7 +101,7 @@ def norm_shape(op: str, shape: Any) -> tuple:
 
 
 def _symbolic(d) -> bool:
-    return type(d).__name__ == "_DimExpr"  # jax.export symbolic size (nx.compile dynamic_dims)
+    return is_symbolic_dim(d)  # jax.export symbolic size (nx.compile dynamic_dims), or a Size
 
 
 def as_dim(d):

@@ -206,10 +206,7 @@ def _check_int(op: str, v: int, dtype) -> None:
 
 
 def _operand(x, op: str) -> TensorImpl:
-    try:
-        return to_impl(x)
-    except Exception as e:  # noqa: BLE001 - re-raised with the op's name
-        raise op_error(TypeError, op, f"cannot use {type(x).__name__} as a tensor ({e})") from e
+    return to_impl(x, op=op)  # its errors name ``op`` (TypeError, OverflowError, ...)
 
 
 def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:

@@ -5,21 +5,25 @@ Every index expression becomes one ``gather`` (read) or ``scatter`` (update) nod
 parameter is the *index structure* (ints, slices, ``None``, ``...`` and placeholders for integer
 index tensors, which are node inputs). Semantics are NumPy's, computed with NumPy itself on a
 zero-strided dummy array, so shapes and errors match NumPy exactly and are raised when the op is
-built. Integer index tensors whose values are unknown follow JAX (out-of-range reads clamp,
-out-of-range updates are dropped); concrete NumPy/list indices are bounds-checked like NumPy.
+built. Integer index tensors whose values are unknown follow ``x[idx]`` in JAX: a negative index
+counts from the end once, then out-of-range reads clamp to the nearest element (and get no
+gradient) and out-of-range updates are dropped; concrete NumPy/list indices are bounds-checked like
+NumPy. ``take`` / ``take_along_axis`` follow ``jnp.take``'s ``mode=`` instead (default ``"fill"``).
 
 Boolean masks depend on data: the mask is realized and turned into integer indices (eager code only).
 """
 
 from __future__ import annotations
 
+import math
+
+import jax
 import numpy as np
 
 from ...errors import ShapeError, op_error
 from .. import dtypes
 from ..primitive import primitive
-from ..tensor import Tensor, TensorImpl, bind, impl_from_array, to_impl
-from ._rules import cast_like, is_float_tensor
+from ..tensor import Tensor, TensorImpl, bind, exact_scalar, impl_from_array, to_impl
 from ._util import broadcast_shapes, is_concrete, norm_axis
 
 _T = ("t",)  # placeholder for an index tensor in the structure
@@ -216,6 +220,11 @@ def _check(x: TensorImpl, raw, op: str) -> None:
 def getitem(x, idx) -> Tensor:
     """``x[idx]`` with NumPy semantics (basic and advanced indexing, boolean masks).
 
+    Out-of-range indices: concrete ones (ints, lists, NumPy arrays) raise ``IndexError`` when the
+    op is built, as NumPy; integer index tensors behave as in JAX (``-1`` is the last element,
+    other out-of-range reads clamp and pass no gradient back). Use :func:`take` with ``mode=``
+    to choose what out-of-range indices give.
+
     >>> import nablax as nx
     >>> x = nx.arange(12).reshape(3, 4)
     >>> x[1:, [0, 3]].tolist()
@@ -223,7 +232,7 @@ def getitem(x, idx) -> Tensor:
     >>> x[x % 5 == 0].tolist()
     [0, 5, 10]
     """
-    xi = x._impl if isinstance(x, Tensor) else to_impl(x)
+    xi = x._impl if isinstance(x, Tensor) else to_impl(x, op="getitem")
     structure, tensors, raw = _parse(xi, idx)
     _check(xi, raw, "getitem")
     if all(s == ("s", None, None, None) for s in structure) or structure == (("e",),):
@@ -232,11 +241,11 @@ def getitem(x, idx) -> Tensor:
 
 
 def _update(x, idx, v, mode: str) -> Tensor:
-    xi = x._impl if isinstance(x, Tensor) else to_impl(x)
+    xi = x._impl if isinstance(x, Tensor) else to_impl(x, op=f"at[].{mode}")
     structure, tensors, raw = _parse(xi, idx)
     _check(xi, raw, f"at[].{mode}")
     target = _gather_shape(xi.shape, structure, [(t.shape, t.dtype) for t in tensors])
-    vi = v._impl if isinstance(v, Tensor) else to_impl(v, xi.dtype)
+    vi = v._impl if isinstance(v, Tensor) else to_impl(v, xi.dtype, f"at[].{mode}")
     try:
         if broadcast_shapes("at[].set", vi.shape, target) != target:
             raise ShapeError
@@ -285,66 +294,208 @@ def _setitem(self: Tensor, idx, value) -> None:
     self._impl = _update(self, idx, value, "set")._impl
 
 
-def take(x, indices, axis: int | None = None) -> Tensor:
-    """Elements of ``x`` at ``indices`` along ``axis`` (flattened when None), as ``numpy.take``."""
-    t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x))
+_MODES = {"take": ("fill", "clip", "wrap"), "take_along_axis": ("fill", "clip")}
+
+
+def _take_mode(op: str, mode) -> str:
+    m = "fill" if mode is None else mode
+    if m not in _MODES[op]:
+        raise op_error(
+            ValueError, op, f"mode={mode!r} is not supported", f"use one of {_MODES[op]} or None"
+        )
+    return m
+
+
+def _index_array(op: str, indices):
+    """Integer indices as a Tensor (kept lazy) or, for host data, a NumPy int64 array."""
+    if isinstance(indices, Tensor):
+        dt = indices.dtype
+    else:
+        if not isinstance(indices, jax.Array):
+            try:
+                a = np.asarray(indices)
+            except ValueError:  # ragged: to_impl below says so, naming ``op``
+                a = None
+            if a is not None and (a.dtype.kind in "iu" or (a.size == 0 and a.dtype.kind == "f")):
+                return a.astype(np.int64)
+        indices = Tensor._wrap(to_impl(indices, op=op))
+        dt = indices.dtype
+    if not dtypes.is_integer(dt):
+        raise op_error(
+            TypeError, op, f"indices must be integers, got {dt}", "cast them with .astype(nx.int32)"
+        )
+    return indices.astype(dtypes.int32) if dt.itemsize < 4 else indices  # room for i + size
+
+
+def _in_range(idx, n: int, mode: str, wrap_negative: bool):
+    """``(indices inside [0, n), valid mask or None)`` for ``mode`` (see :func:`take`)."""
+    if isinstance(idx, np.ndarray):  # host indices: computed now, no graph ops
+        if mode == "wrap":
+            return np.mod(idx, n).astype(np.int32), None
+        if wrap_negative or mode == "fill":
+            idx = np.where(idx < 0, idx + n, idx)
+        if mode == "clip":
+            return np.clip(idx, 0, n - 1).astype(np.int32), None
+        valid = (idx >= 0) & (idx < n)
+        if valid.all():
+            return idx.astype(np.int32), None
+        return np.where(valid, idx, 0).astype(np.int32), valid
+    from .elementwise import clip, logical_and, mod, where
+
+    signed = idx.dtype.kind == "i"
+    if mode == "wrap":
+        return mod(idx, n), None
+    if mode == "clip":
+        if signed and wrap_negative:
+            idx = where(idx < 0, idx + n, idx)
+        return clip(idx, 0, n - 1), None
+    # fill: the gather wraps negative indices and clamps the rest itself (JAX indexing); reads
+    # that were out of range are then replaced, and no gradient flows through them
+    return idx, (logical_and(idx >= -n, idx < n) if signed else idx < n)
+
+
+def _filled(op: str, out: Tensor, valid, fill_value) -> Tensor:
+    """``out`` where ``valid`` (broadcast), else the fill value (JAX's defaults: NaN for inexact
+    dtypes, the most negative value for signed ints, the largest for unsigned, True for bool)."""
+    from .elementwise import where
+
+    if valid is None:
+        return out
+    dt = out.dtype
+    if fill_value is None:
+        if dt == dtypes.bool_:
+            fill_value = True
+        elif dtypes.is_inexact(dt):
+            fill_value = float("nan")
+        else:
+            info = np.iinfo(dt)
+            fill_value = int(info.max if dt.kind == "u" else info.min)
+    fill = exact_scalar(fill_value, dt, op)
+    if dt == dtypes.bool_:
+        fill = bool(fill)
+    return where(valid, out, fill)  # a Python scalar of out's kind: a constant of out's dtype
+
+
+def take(x, indices, axis: int | None = None, mode: str | None = None, fill_value=None) -> Tensor:
+    """Elements of ``x`` at ``indices`` along ``axis`` (flattened when None), as ``jnp.take``.
+
+    Out-of-range indices follow ``mode``, as in JAX: ``"fill"`` (the default, also ``None``)
+    wraps negative indices once (``-1`` is the last) and gives ``fill_value`` where an index is
+    still outside ``[0, n)`` (default: NaN for floats, the most negative int for signed ints, the
+    largest for unsigned, True for bool; no gradient flows there); ``"clip"`` clamps every index
+    into ``[0, n - 1]`` (negative ones to 0); ``"wrap"`` takes indices modulo ``n``.
+
+    >>> import nablax as nx
+    >>> x = nx.tensor([10., 20., 30.])
+    >>> nx.take(x, [0, -1, 3]).tolist()
+    [10.0, 30.0, nan]
+    >>> nx.take(x, [0, -1, 3], mode="clip").tolist(), nx.take(x, [4, -1], mode="wrap").tolist()
+    ([10.0, 10.0, 30.0], [20.0, 30.0])
+    """
+    from .shape import _reshape, reshape
+
+    m = _take_mode("take", mode)
+    t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x, op="take"))
     if axis is None:
-        from .shape import reshape
+        t, ax = _reshape(t, (-1,), "take"), 0
+    else:
+        ax = norm_axis("take", axis, t.shape)
+    n = t.shape[ax]
+    idx = _index_array("take", indices)
+    if n == 0:
+        if math.prod(idx.shape):
+            raise op_error(IndexError, "take", f"cannot take from axis {ax} of size 0")
+        from .creation import zeros
 
-        return getitem(reshape(t, -1), indices)
-    ax = norm_axis("take", axis, t.ndim)
-    return getitem(t, (slice(None),) * ax + (indices,))
+        return zeros(t.shape[:ax] + tuple(idx.shape) + t.shape[ax + 1 :], t.dtype)
+    safe, valid = _in_range(idx, n, m, wrap_negative=False)
+    out = getitem(t, (slice(None),) * ax + (safe,))
+    if valid is not None:
+        valid = reshape(valid, (1,) * ax + tuple(np.shape(valid)) + (1,) * (t.ndim - ax - 1))
+    return _filled("take", out, valid, fill_value)
 
 
-def take_along_axis(arr, indices, axis: int) -> Tensor:
-    """Pick values along ``axis`` with an index tensor of the same rank, as NumPy's."""
-    from .creation import iota
+def take_along_axis(
+    arr, indices, axis: int | None = -1, mode: str | None = None, fill_value=None
+) -> Tensor:
+    """Pick values along ``axis`` with an index tensor of the same rank (other axes broadcast),
+    as ``jnp.take_along_axis``; ``axis=None`` takes from the flattened ``arr`` (1-d indices).
 
-    t = arr if isinstance(arr, Tensor) else Tensor._wrap(to_impl(arr))
-    if not isinstance(indices, Tensor):
-        concrete = np.asarray(indices)
-        n = t.shape[norm_axis("take_along_axis", axis, t.shape)]
-        if concrete.size and (concrete.min() < -n or concrete.max() >= n):
+    Negative indices count from the end. Indices still out of range follow ``mode``:
+    ``"fill"`` (the default, also ``None``) gives ``fill_value`` there (defaults as in
+    :func:`take`; no gradient flows there), ``"clip"`` clamps them into ``[0, n - 1]``.
+
+    >>> import nablax as nx
+    >>> x = nx.tensor([[1., 2., 3.], [4., 5., 6.]])
+    >>> nx.take_along_axis(x, nx.tensor([[2], [-3]]), axis=1).tolist()
+    [[3.0], [4.0]]
+    >>> nx.take_along_axis(x, nx.tensor([[1, 0, 3]]), axis=0).tolist()
+    [[4.0, 2.0, nan]]
+    """
+    from .creation import iota, zeros
+    from .shape import _reshape
+
+    op = "take_along_axis"
+    m = _take_mode(op, mode)
+    t = arr if isinstance(arr, Tensor) else Tensor._wrap(to_impl(arr, op=op))
+    idx = _index_array(op, indices)
+    if axis is None:
+        if len(idx.shape) != 1:
             raise op_error(
-                IndexError,
-                "take_along_axis",
-                f"index {concrete.max() if concrete.max() >= n else concrete.min()} is out of "
-                f"bounds for axis {axis} with size {n}",
+                ShapeError, op, f"with axis=None, indices must be 1-d, got shape {idx.shape}"
             )
-    ind = indices if isinstance(indices, Tensor) else Tensor._wrap(to_impl(np.asarray(indices)))
-    if ind.ndim != t.ndim:
+        t, axis = _reshape(t, (-1,), op), 0
+    if len(idx.shape) != t.ndim:
         raise op_error(
             ShapeError,
-            "take_along_axis",
-            f"indices must have the same rank as arr: got {ind.shape} for arr {t.shape}",
+            op,
+            f"indices must have the same rank as arr: got {tuple(idx.shape)} for arr {t.shape}",
         )
-    ax = norm_axis("take_along_axis", axis, t.ndim)
+    ax = norm_axis(op, axis, t.shape)
     shape = broadcast_shapes(
-        "take_along_axis",
+        op,
         tuple(d for i, d in enumerate(t.shape) if i != ax),
-        tuple(d for i, d in enumerate(ind.shape) if i != ax),
+        tuple(d for i, d in enumerate(idx.shape) if i != ax),
     )
-    full = list(shape)
-    full.insert(ax, ind.shape[ax])
+    out_shape = shape[:ax] + (idx.shape[ax],) + shape[ax:]
+    n = t.shape[ax]
+    if n == 0:
+        return zeros(out_shape, t.dtype)
+    safe, valid = _in_range(idx, n, m, wrap_negative=True)
     index = []
     for d in range(t.ndim):
         if d == ax:
-            index.append(ind)
+            index.append(safe)
         else:
             grid = [1] * t.ndim
             grid[d] = t.shape[d]
             index.append(iota(dtypes.int32, tuple(grid), d))
-    return getitem(t, tuple(index))
+    return _filled(op, getitem(t, tuple(index)), valid, fill_value)
 
 
 def one_hot(x, num_classes: int, dtype=None) -> Tensor:
-    """One-hot encoding along a new last axis (``jax.nn.one_hot``; out-of-range gives zeros)."""
+    """One-hot encoding along a new last axis (``jax.nn.one_hot``; out-of-range gives zeros).
+
+    >>> import nablax as nx
+    >>> nx.one_hot(nx.tensor([0, 2, 5]), 3).tolist()
+    [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    """
+    import operator
+
     from .creation import iota
     from .elementwise import astype, equal
     from .shape import expand_dims
 
-    t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x))
-    classes = iota(dtypes.int32, (num_classes,), 0)
+    try:
+        k = operator.index(num_classes)
+    except TypeError:
+        raise op_error(
+            TypeError, "one_hot", f"num_classes must be an int, got {num_classes!r}"
+        ) from None
+    if k < 0:
+        raise op_error(ValueError, "one_hot", f"num_classes must be >= 0, got {k}")
+    t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x, op="one_hot"))
+    classes = iota(dtypes.int32, (k,), 0)
     return astype(equal(expand_dims(t, -1), classes), dtypes.canonicalize(dtype))
 
 
@@ -358,181 +509,5 @@ def _install_methods() -> None:
 _install_methods()
 
 
-# ---- derivative rules ------------------------------------------------------------------------
-# gather and scatter are linear in the gathered tensor / the updated tensor and the updates; their
-# rules are gathers and scatters with the same index structure and the same index tensors.
-
-
-def _gather(x: Tensor, structure, idx) -> Tensor:
-    return Tensor._wrap(bind(gather_p, [x._impl, *(i._impl for i in idx)], (structure,))[0])
-
-
-def _scatter(x: Tensor, v: Tensor, structure, idx, mode: str) -> Tensor:
-    impls = [x._impl, v._impl, *(i._impl for i in idx)]
-    return Tensor._wrap(bind(scatter_p, impls, (structure, mode))[0])
-
-
-def _zeros(shape, dtype) -> Tensor:
-    from .creation import zeros
-
-    return zeros(shape, dtype)
-
-
-def _gather_jvp(params, tangents, primals, outs):
-    t = tangents[0]
-    if t is None or not is_float_tensor(outs[0]):
-        return [None]
-    return [_gather(cast_like(t, outs[0]), params[0], primals[1:])]
-
-
-def _gather_vjp(params, cts, primals, outs):
-    ct, x, idx = cts[0], primals[0], primals[1:]
-    res = [None] * len(primals)
-    if ct is not None and is_float_tensor(x):
-        res[0] = _scatter(_zeros(x.shape, x.dtype), cast_like(ct, x), params[0], idx, "add")
-    return res
-
-
-def _scatter_jvp(params, tangents, primals, outs):
-    x, v, idx = primals[0], primals[1], primals[2:]
-    tx, tv = tangents[0], tangents[1] if is_float_tensor(v) else None
-    if not is_float_tensor(outs[0]) or (tx is None and tv is None):
-        return [None]
-    structure, mode = params
-    if tx is None:
-        tx = _zeros(x.shape, x.dtype)
-    if tv is None:
-        return [tx if mode == "add" else _scatter(tx, _zeros((), x.dtype), structure, idx, mode)]
-    return [_scatter(cast_like(tx, x), cast_like(tv, x), structure, idx, mode)]
-
-
-def _scatter_vjp(params, cts, primals, outs):
-    ct, x, v, idx = cts[0], primals[0], primals[1], primals[2:]
-    res = [None] * len(primals)
-    if ct is None or not is_float_tensor(outs[0]):
-        return res
-    structure, mode = params
-    ct = cast_like(ct, x)
-    if mode == "add":
-        res[0] = ct
-    else:  # positions that were overwritten do not depend on x
-        res[0] = _scatter(ct, _zeros((), ct.dtype), structure, idx, "set")
-    if is_float_tensor(v):
-        from ._rules import unbroadcast
-
-        if not idx:  # basic indexing: positions are distinct and in range
-            g = _gather(ct, structure, idx)
-        elif mode == "add":
-            g = _gather_or_zero(ct, structure, idx)
-        else:
-            g = _gather_winners(ct, x.shape, structure, idx)
-        res[1] = cast_like(unbroadcast(g, v.shape), v)
-    return res
-
-
-def _tensor_axes(structure, ndim: int) -> list[int]:
-    """The axis of ``x`` that each index tensor of ``structure`` indexes."""
-    used = sum(1 for s in structure if s == _T or s[0] in ("i", "s"))
-    axes, a = [], 0
-    for s in structure:
-        if s == _T:
-            axes.append(a)
-            a += 1
-        elif s[0] in ("i", "s"):
-            a += 1
-        elif s[0] == "e":
-            a += ndim - used
-    return axes
-
-
-def _gather_or_zero(ct: Tensor, structure, idx) -> Tensor:
-    """``ct[index]`` with zeros where an index is out of range (the updates a scatter dropped):
-    each indexed axis gets one zero slot at its end, and out-of-range indices point there."""
-    from .elementwise import logical_and, where
-    from .shape import pad
-
-    axes = _tensor_axes(structure, ct.ndim)
-    widths = [(0, 0)] * ct.ndim
-    new_idx = []
-    for t, a in zip(idx, axes):
-        n = ct.shape[a]
-        widths[a] = (0, 1)
-        if t.dtype.kind == "u":
-            new_idx.append(where(t < n, t, n))
-        else:
-            ok = logical_and(t >= -n, t < n)
-            new_idx.append(where(ok, where(t < 0, t + n, t), n))
-    return _gather(pad(ct, widths), structure, new_idx)
-
-
-def _gather_winners(ct: Tensor, shape, structure, idx) -> Tensor:
-    """``ct[index]`` where each update wrote the value that stayed, else zero (as JAX: with
-    duplicate indices one update wins; out-of-range updates are dropped). Each update element gets
-    an id; the ids are scattered like the updates and read back."""
-    from .creation import iota
-    from .elementwise import equal, where
-    from .shape import reshape
-
-    target = _gather_shape(shape, structure, [(i.shape, i.dtype) for i in idx])
-    count = int(np.prod(target, dtype=np.int64))
-    ids = reshape(iota(dtypes.int32, (count,), 0) + 1, target)
-    written = _scatter(_zeros(shape, dtypes.int32), ids, structure, idx, "set")
-    won = equal(_gather(written, structure, idx), ids)
-    return where(won, _gather(ct, structure, idx), 0.0)
-
-
-def _install_rules() -> None:
-    gather_p.jvp, gather_p.vjp = _gather_jvp, _gather_vjp
-    scatter_p.jvp, scatter_p.vjp = _scatter_jvp, _scatter_vjp
-
-
-_install_rules()
-
-
-def _install_batch_rules() -> None:
-    from ._batch import vmap_rule
-
-    for p in (
-        gather_p,
-        scatter_p,
-    ):
-        p.batch = vmap_rule(p)
-
-
-_install_batch_rules()
-
-
-def _gather_shard(params, in_layouts, in_avals, out_avals):
-    """Basic indexing (ints, slices, ``None``, ``...``): a fully sliced dimension keeps its axes,
-    a partly sliced one is replicated, an integer index removes it. Array indices: replicated."""
-    from . import _shard
-
-    structure = params[0]
-    lay, (in_shape, _) = in_layouts[0], in_avals[0]
-    if any(s == _T or s[0] not in "isne" for s in structure):
-        return _shard.replicated(params, in_layouts, in_avals, out_avals)
-    n_ell = len(in_shape) - sum(1 for s in structure if s[0] in "is")
-    out, d = [], 0
-    for s in structure:
-        if s[0] == "n":
-            out.append(())
-        elif s[0] == "e":
-            out.extend(lay[d : d + n_ell])
-            d += n_ell
-        elif s[0] == "i":
-            d += 1
-        else:
-            out.append(lay[d] if s[1:] == (None, None, None) else ())
-            d += 1
-    out.extend(lay[d:])
-    return (tuple(out),)
-
-
-def _install_shard_rules() -> None:
-    from . import _shard
-
-    gather_p.shard = _gather_shard
-    scatter_p.shard = _shard.replicated  # no useful layout to propose: replicated (correct)
-
-
-_install_shard_rules()
+# Derivative, batching and sharding rules live in index_rules.py (this file would pass ~600 lines).
+from . import index_rules  # noqa: E402,F401  (installs them on the primitives above)
