@@ -235,3 +235,20 @@ def test_calls_from_many_threads_agree():
     assert got == [4.0 * (n % 5 + 1) for n in range(64)]
     info = f.cache_info()
     assert info.hits + info.misses == 64 and info.size <= 3
+
+
+def test_compiled_function_called_while_tracing_runs_inline():
+    # a compiled function called by a function being compiled is part of the outer trace (it
+    # was a graph break: the outer function ran eagerly)
+    inner = nx.compile(lambda x: nx.tanh(x) * 2)
+    outer = nx.compile(lambda x, w: inner(x @ w) + 1)
+    x, w = _x((4, 3)), _x((3, 2), 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            got = outer(nx.tensor(x), nx.tensor(w))
+            np.testing.assert_allclose(got.numpy(), np.tanh(x @ w) * 2 + 1, rtol=1e-5)
+    assert caught == []
+    info = outer.cache_info()
+    assert (info.traces, info.executables, info.hits) == (1, 1, 1)
+    assert inner.cache_info().misses == 0  # never called on its own

@@ -17,14 +17,34 @@ default that signature falls back to plain eager execution with one warning.
 ``dynamic_dims={arg_index: {dim_index: "name"}}`` traces with *symbolic* sizes for those
 dimensions (JAX's shape polymorphism, ``jax.export``): the recorded graph and its program serve
 every size, and ``jax.jit`` specializes one executable per concrete size behind it. Arguments
-sharing a name must agree in size. A function whose Python code needs a concrete size (``if
-x.shape[0] > 2``, ``int(n)``) raises during that trace; it then falls back, with one warning, to a
-trace per size.
+sharing a name must agree in size (they are one symbol). Inside the function, ``x.shape`` holds a
+:class:`~nablax.core.transforms.sizes.Size` for each such dimension, and the trace must never bake
+in a Python decision that holds only for some sizes. So (sizes.py):
+
+- arithmetic that stays an integer size (``n * 2``, ``n - 1``, ``n // 2``, ``n % 2``,
+  ``math.prod(x.shape)``) gives sizes, usable in shapes (``x.reshape(n // 2, -1)``,
+  ``nx.zeros((n, 3))``) and as tensor values (``x.sum() / n``, ``x * n``: ``dimension_value`` nodes);
+- a decision whose answer JAX proves for *every* size (sizes are >= 1) is answered: ``n >= 1``,
+  ``n > 0``, ``bool(n)``, ``n != 0``, ``n == n``, ``2 * n == n + n``, ``max(n, 1)``, and
+  ``x.shape[0] == y.shape[0]`` for two dimensions sharing a name;
+- any other decision in the user's code (``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` that depend
+  on the size, ``bool(n % 2)``, ``int(n)``, ``float(n)``, ``n / 2``, ``hash(n)`` and dict/set
+  lookups, ``range(n)``, ``len(x)``, indexing a list, ``min``/``max``, ``math`` functions,
+  ``n in (2, 4)``, ``x.shape == (4, 3)``) is recorded and raises ``SizeDependentError``. The call
+  then traces that signature for its concrete size, with one warning naming the line, and so does
+  every later size of that signature (one trace and one executable per size). A decision the
+  function catches is still recorded.
+
+Sizes of 0 (outside ``jax.export``'s range) are traced on their own. Sizes returned as Python
+values (``return y, x.shape[0]``) are computed from each call's sizes. Not guarded: ``str(n)`` /
+``f"{n}"`` give the symbol's name (``"n"``), and ``isinstance(n, int)`` is ``False``. nablax's own
+shape rules and JAX keep JAX's semantics, which choose what is right for every size.
 
 Composition: a call whose tensor arguments are being differentiated or vmapped (inside ``nx.grad``,
-``nx.vmap``, ...) runs the function inline, so the transform sees its ops (``grad(compile(f))``,
-``vmap(compile(f))``); ``compile(grad(f))`` and ``compile(vmap(grad(f)))`` trace the transformed
-function like any other.
+``nx.vmap``, ...), or are pending inside another trace (a compiled function called by a function
+being compiled), runs the function inline, so the transform or the outer trace sees its ops
+(``grad(compile(f))``, ``vmap(compile(f))``, ``compile(... compile(g) ...)``); ``compile(grad(f))``
+and ``compile(vmap(grad(f)))`` trace the transformed function like any other.
 """
 
 from __future__ import annotations
@@ -43,8 +63,10 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import GraphBreakError
+from ..context import CTX
 from ..graph import src_node
 from ..tensor import Tensor, TensorImpl
+from .sizes import Guard, evaluate, guarded, is_symbolic, plain_tree
 from .staging import (
     compile_input_p,  # noqa: F401 - re-exported for core/sharding.py and the tests
     dimension_value,  # noqa: F401 - used by core/tensor.py through this module
@@ -56,7 +78,13 @@ from .staging import (
 
 @dataclass(frozen=True)
 class CacheInfo:
-    """Counters of one compiled function's cache (``f.cache_info()``)."""
+    """Counters of one compiled function's cache (``f.cache_info()``).
+
+    ``hits``/``misses``: calls served by a stored signature / that had to trace (one per call).
+    ``traces``: runs of the Python function to record it; a ``dynamic_dims`` signature found to
+    depend on the sizes costs its abandoned symbolic trace plus one trace per size. ``executables``:
+    compiled programs (one per concrete size behind a symbolic trace). ``size``: stored signatures.
+    """
 
     hits: int
     misses: int
@@ -80,15 +108,18 @@ class _Entry:
         "fast_key",
         "single",
         "sizes",
+        "out_sizes",
     )
 
     def __init__(self) -> None:
         self.eager = False
         self.fast_key = None
         self.sizes = None  # dynamic_dims: the concrete input shapes seen (one executable each)
+        self.out_sizes = ()  # dynamic_dims: (slot, symbolic size) of sizes returned as values
 
-    def wrap(self, outs):
-        """The function's output pytree from the program's results."""
+    def wrap(self, outs, env=None):
+        """The function's output pytree from the program's results (``env``: this call's size of
+        each dynamic dimension, for sizes returned as Python values)."""
         if self.sizes is not None:  # symbolic output shapes: take them from the values
             avals = [(tuple(v.shape), np.dtype(v.dtype)) for v in outs]
         else:
@@ -99,6 +130,8 @@ class _Entry:
             t._impl = TensorImpl(None, outs[0], shape, dtype)
             return t
         vals = list(self.out_consts)
+        for slot, d in self.out_sizes:
+            vals[slot] = evaluate(d, env)
         for slot, v, (shape, dtype) in zip(self.out_slots, outs, avals):
             t = object.__new__(Tensor)
             t._impl = TensorImpl(None, v, shape, dtype)
@@ -117,7 +150,7 @@ class Compiled:
         self._fullgraph = fullgraph
         self._max = max_size
         self._dyn = _check_dynamic_dims(dynamic_dims or {})
-        self._dyn_fallback = False  # set when f turned out not to be shape-polymorphic
+        self._per_size: set = set()  # symbolic signatures whose code turned out size-dependent
         self._cache: collections.OrderedDict = collections.OrderedDict()
         self._fast: dict = {}  # all-tensor positional signatures -> entry (see __call__)
         self._lock = threading.Lock()  # cache bookkeeping, for calls from several threads
@@ -139,6 +172,7 @@ class Compiled:
     def clear_cache(self) -> None:
         self._cache.clear()
         self._fast.clear()
+        self._per_size.clear()
         self._hits = self._misses = self._traces = self._evictions = 0
 
     def __get__(self, obj, objtype=None):  # methods: bind like a function
@@ -171,27 +205,38 @@ class Compiled:
         for k, leaf in enumerate(leaves):
             if isinstance(leaf, Tensor):
                 impl = leaf._impl
-                if impl.batch_shape or (impl.src is not None and src_node(impl.src).trace):
-                    return self._f(*args, **kwargs)  # inside a transform: run inline
+                if impl.batch_shape or (
+                    impl.src is not None and (src_node(impl.src).trace or CTX.tracing_depth)
+                ):  # inside a transform, or in a function being traced: run inline
+                    return self._f(*args, **kwargs)
                 key_leaves.append(("t", impl.shape, impl.dtype))
             elif isinstance(leaf, (jax.Array, np.ndarray)):
                 key_leaves.append(("a", tuple(leaf.shape), np.dtype(leaf.dtype)))
             else:
                 key_leaves.append(("v", type(leaf), _hashable(leaf, f"argument leaf {k}")))
-        dyn = None
-        if self._dyn and not self._dyn_fallback:
-            dyn = self._bind_dynamic(args, leaves)
-            for k, dims in dyn.items():
-                kind, shape, dtype = key_leaves[k]
-                shape = tuple(("dyn", dims[d]) if d in dims else n for d, n in enumerate(shape))
-                key_leaves[k] = (kind, shape, dtype)
         key = (treedef, tuple(key_leaves), statics)
+        dyn = env = None
+        if self._dyn:
+            dyn, env = self._bind_dynamic(args, leaves)
+            sym_leaves = list(key_leaves)
+            for k, dims in dyn.items():
+                kind, shape, dtype = sym_leaves[k]
+                shape = tuple(("dyn", dims[d]) if d in dims else n for d, n in enumerate(shape))
+                sym_leaves[k] = (kind, shape, dtype)
+            sym_key = (treedef, tuple(sym_leaves), statics)
+            # jax.export sizes are >= 1; a signature found size-dependent is traced per size
+            if min(env.values(), default=1) >= 1 and sym_key not in self._per_size:
+                key = sym_key
+            else:
+                dyn = None
         entry = self._cache.get(key)
         if entry is None:
             self._misses += 1
-            entry = self._trace(args, kwargs, leaves, treedef, key, dyn)
-            if entry is None:  # not shape-polymorphic: trace this size on its own from now on
-                return self(*args, **kwargs)
+            entry = self._trace(args, kwargs, leaves, treedef, key, dyn, env)
+            if entry is None:  # not shape-polymorphic: this size (and each later one) on its own
+                self._per_size.add(key)
+                key = (treedef, tuple(key_leaves), statics)
+                entry = self._cache.get(key) or self._trace(args, kwargs, leaves, treedef, key)
             if not kwargs and not self._static_nums and not entry.eager:
                 if all(type(a) is Tensor for a in args) and len(leaves) == len(args):
                     entry.fast_key = tuple(x for a in args for x in (a.shape, a.dtype))
@@ -203,7 +248,7 @@ class Compiled:
                     self._cache.move_to_end(key)
         if entry.eager:
             return self._f(*args, **kwargs)
-        return self._run(entry, leaves)
+        return self._run(entry, leaves, env)
 
     def _split(self, args, kwargs):
         """(dynamic part as a pytree, hashable static part)."""
@@ -220,16 +265,17 @@ class Compiled:
         dyn_kw = {k: v for k, v in kwargs.items() if k not in self._static_names}
         return (dyn_pos, dyn_kw), (static_pos, static_kw)
 
-    def _run(self, entry: _Entry, leaves):
+    def _run(self, entry: _Entry, leaves, env=None):
         arrays = [
             leaf._realized_value() if isinstance(leaf, Tensor) else leaf
             for leaf in leaves
             if isinstance(leaf, (Tensor, jax.Array, np.ndarray))
         ]
-        return entry.wrap(entry.fn(*arrays, *entry.captured))
+        return entry.wrap(entry.fn(*arrays, *entry.captured), env)
 
-    def _bind_dynamic(self, args, leaves) -> dict:
-        """``{leaf index: {dim: name}}`` for this call; sizes sharing a name must agree."""
+    def _bind_dynamic(self, args, leaves) -> tuple[dict, dict]:
+        """``({leaf index: {dim: name}}, {name: size})`` for this call; sizes sharing a name must
+        agree."""
         nums = {i % len(args) for i in self._static_nums} if args else set()
         leaf_of = {}
         k = 0
@@ -263,14 +309,56 @@ class Compiled:
                     )
                 seen[name] = (size, i, d)
                 out.setdefault(leaf_of[i], {})[d % len(a.shape)] = name
-        return out
+        return out, {name: v[0] for name, v in seen.items()}
 
-    def _trace(self, args, kwargs, leaves, treedef, key, dyn=None) -> _Entry | None:
+    def _trace(self, args, kwargs, leaves, treedef, key, dyn=None, env=None) -> _Entry | None:
+        """Trace ``f`` for one signature and store its entry. With ``dyn`` (symbolic sizes),
+        ``None`` when the code turned out to depend on the sizes: the caller traces per size."""
         self._traces += 1
-        entry = _Entry()
+        guard = Guard() if dyn else None
+        placeholders, call_args, call_kw = self._placeholders(
+            args, kwargs, leaves, treedef, dyn, guard
+        )
+        try:
+            out = trace_graph(lambda *a: self._f(*a, **call_kw), call_args, placeholders)
+        except GraphBreakError as e:
+            if guard is not None and guard.first:  # a size decision came first: per size
+                return self._not_polymorphic(guard, e)
+            if self._fullgraph:
+                raise
+            warnings.warn(
+                f"nx.compile({self.__qualname__}): {e} This call signature runs eagerly from "
+                f"now on.",
+                stacklevel=3,
+            )
+            entry = _Entry()
+            entry.eager = True
+            self._store(key, entry)
+            return entry
+        except Exception as e:
+            if guard is None or not (guard.first or isinstance(e, _SYMBOLIC_ERRORS)):
+                raise
+            return self._not_polymorphic(guard, e)
+        finally:
+            if guard is not None:
+                guard.active = False  # sizes kept past the trace are stale
+        if guard is not None and guard.first:  # the function caught SizeDependentError
+            return self._not_polymorphic(guard, None)
+        try:
+            entry = self._build(out, placeholders, dyn, env)
+        except Exception as e:  # e.g. an op JAX cannot export shape-polymorphically
+            if guard is None:
+                raise
+            return self._not_polymorphic(guard, e)
+        self._store(key, entry)
+        return entry
+
+    def _placeholders(self, args, kwargs, leaves, treedef, dyn, guard):
+        """Placeholder tensors for the tensor leaves (symbolic sizes where ``dyn`` says), and the
+        arguments to call ``f`` with."""
         placeholders = []
         new_leaves = []
-        syms = _symbols(dyn) if dyn else {}
+        syms = {n: guarded(d, guard) for n, d in _symbols(dyn).items()} if dyn else {}
         for k, leaf in enumerate(leaves):
             if isinstance(leaf, (Tensor, jax.Array, np.ndarray)):
                 t = leaf if isinstance(leaf, Tensor) else Tensor(leaf)
@@ -287,49 +375,45 @@ class Compiled:
                 new_leaves.append(leaf)
         dyn_pos, dyn_kw = _tree.unflatten(treedef, new_leaves)
         call_args, call_kw = self._merge(args, kwargs, dyn_pos, dyn_kw)
-        try:
-            out = trace_graph(lambda *a: self._f(*a, **call_kw), call_args, placeholders)
-        except _SYMBOLIC_ERRORS as e:
-            if not dyn:
-                raise
-            warnings.warn(
-                f"nx.compile({self.__qualname__}): dynamic_dims needs code that works for any "
-                f"size, and this function does not ({type(e).__name__}: {str(e)[:200]}). Each "
-                f"size is traced on its own from now on.",
-                stacklevel=3,
-            )
-            self._dyn_fallback = True
-            return None
-        except GraphBreakError as e:
-            if self._fullgraph:
-                raise
-            warnings.warn(
-                f"nx.compile({self.__qualname__}): {e} This call signature runs eagerly from "
-                f"now on.",
-                stacklevel=3,
-            )
-            entry.eager = True
-            self._store(key, entry)
-            return entry
+        return placeholders, call_args, call_kw
+
+    def _build(self, out, placeholders, dyn, env) -> _Entry:
+        """The entry (program, captured arrays, output layout) for a finished trace."""
+        entry = _Entry()
         out_leaves, out_def = _tree.flatten(out)
         entry.out_def = out_def
         entry.out_consts = [None if isinstance(o, Tensor) else o for o in out_leaves]
         entry.out_slots = [k for k, o in enumerate(out_leaves) if isinstance(o, Tensor)]
         entry.out_avals = [(out_leaves[k].shape, out_leaves[k].dtype) for k in entry.out_slots]
         entry.single = entry.out_slots == [0] and out_def.num_nodes == 1
+        # sizes returned as Python values: computed from each call's sizes
+        entry.out_sizes = [(k, o) for k, o in enumerate(out_leaves) if is_symbolic(o)]
+        for _, d in entry.out_sizes:
+            evaluate(d, env)  # fails here (not at a later call) where it cannot be computed
         program, entry.captured = lower(
             [out_leaves[k]._impl for k in entry.out_slots], placeholders
         )
         if dyn:  # exported once with symbolic shapes; jit specializes it per concrete size
-            specs = [jax.ShapeDtypeStruct(n.params[0], n.params[1]) for n in placeholders]
+            specs = [
+                jax.ShapeDtypeStruct(plain_tree(n.params[0]), n.params[1]) for n in placeholders
+            ]
             specs += [jax.ShapeDtypeStruct(c.shape, c.dtype) for c in entry.captured]
             exported = jax.export.export(jax.jit(program))(*specs)
             entry.fn = _SizedCall(jax.jit(exported.call), entry)
             entry.sizes = set()
         else:
             entry.fn = jax.jit(program)
-        self._store(key, entry)
         return entry
+
+    def _not_polymorphic(self, guard, error) -> None:
+        why = guard.first or f"{type(error).__name__}: {str(error)[:200]}"
+        warnings.warn(
+            f"nx.compile({self.__qualname__}): dynamic_dims needs code that works for every size, "
+            f"and this function does not: {why}. Each size is traced on its own from now on "
+            f"(for this call signature).",
+            stacklevel=4,
+        )
+        return None
 
     def _merge(self, args, kwargs, dyn_pos, dyn_kw):
         nums = {i % len(args) if args else i for i in self._static_nums}
@@ -419,6 +503,9 @@ def compile(
     """Compile ``f``: trace it once per argument signature, then run its cached XLA executable.
 
     Usable bare (``@nx.compile``) or with arguments (``@nx.compile(static_argnums=(1,))``).
+    ``dynamic_dims={arg_index: {dim_index: "name"}}`` traces once for every size of those
+    dimensions; a Python decision on such a size must hold for every size, otherwise that
+    signature is traced once per size, with one warning (see the module documentation).
 
     >>> import nablax as nx
     >>> @nx.compile
@@ -429,6 +516,29 @@ def compile(
     ('ok', [[0.0, 0.0], [0.0, 0.0]], 'ok')
     >>> step.cache_info().traces, step.cache_info().hits
     (1, 1)
+
+    One trace for every size of a dynamic dimension; a size can be a value:
+
+    >>> @nx.compile(dynamic_dims={0: {0: "n"}})
+    ... def mean_rows(x):
+    ...     return x.sum(axis=0) / x.shape[0], x.shape[0]
+    >>> [(m.tolist(), n) for m, n in (mean_rows(nx.ones((k, 2))) for k in (1, 4, 7))]
+    [([1.0, 1.0], 1), ([1.0, 1.0], 4), ([1.0, 1.0], 7)]
+    >>> mean_rows.cache_info().traces, mean_rows.cache_info().executables
+    (1, 3)
+
+    A decision that depends on the size is never baked in: that signature traces per size.
+
+    >>> import warnings
+    >>> @nx.compile(dynamic_dims={0: {0: "n"}})
+    ... def pairs(x):
+    ...     return x.reshape(-1, 2) if x.shape[0] % 2 == 0 else x
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     [pairs(nx.ones(k)).shape for k in (4, 3, 6)]
+    [(2, 2), (3,), (3, 2)]
+    >>> len(caught), pairs.cache_info().traces  # the abandoned symbolic trace + one per size
+    (1, 4)
     """
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)

@@ -21,7 +21,7 @@ import numpy as np
 from ...errors import GraphBreakError
 from .. import realize as _realize
 from ..context import CTX
-from ..graph import SCALAR_TYPES, Const, Node, src_node, toposort
+from ..graph import SCALAR_TYPES, Const, Node, _next_seq, src_node, toposort
 from ..primitive import Primitive
 from ..tensor import Tensor, TensorImpl
 
@@ -110,9 +110,11 @@ def _check_no_placeholder(nodes) -> None:
 _realize._tracing_check = _check_no_placeholder
 
 
-def forget_traced(placeholders) -> None:
+def forget_traced(placeholders, since: int | None = None) -> None:
     """Drop the pending tensors that depend on the trace's placeholders from the pending list, so
-    no later eager realization pulls them into its program (they have no values)."""
+    no later eager realization pulls them into its program (they have no values); with ``since``
+    (the node sequence number at the trace's start), every tensor built during the trace too
+    (its shapes may be symbolic, ``dynamic_dims``: an eager program cannot compute it)."""
     from ..graph import split_ref
 
     dep = dict.fromkeys(placeholders, True)
@@ -143,7 +145,8 @@ def forget_traced(placeholders) -> None:
         impl = wr()
         if impl is None or impl.value is not None:
             continue
-        if not depends(src_node(impl.src)):
+        node = src_node(impl.src)
+        if (since is None or node.seq < since) and not depends(node):
             keep.append(wr)
     CTX.pending[:] = keep
 
@@ -160,7 +163,8 @@ def make_placeholder(t: Tensor, k: int):
 
 def trace_graph(f, args, placeholders):
     """Run ``f(*args)`` on placeholder tensors as a whole-graph trace (realizations needing a
-    placeholder raise GraphBreakError); pending tensors built on them are forgotten after."""
+    placeholder raise GraphBreakError); pending tensors built during it are forgotten after."""
+    since = _next_seq()
     try:
         with _Tracing() as tr:
             out = f(*args)
@@ -171,8 +175,8 @@ def trace_graph(f, args, placeholders):
                     f"fullgraph=False"
                 )
         return out
-    finally:  # pending tensors built on placeholders must never join an eager program
-        forget_traced(placeholders)
+    finally:  # pending tensors built while tracing must never join an eager program
+        forget_traced(placeholders, since)
 
 
 def lower(out_impls, placeholders):
