@@ -391,6 +391,30 @@ spec(
     F32_ONLY,
     ["kernel_call"],
 )
+_MESH1 = nx.DeviceMesh((1,), ("dp",))  # sharding on the one in-process device (multi-device
+# checks: tests/core/test_shard_map_transforms.py)
+
+
+def _rows(x):
+    return [nx.DimSpec(["dp"])] + [nx.DimSpec([])] * (x.ndim - 1)
+
+
+spec(
+    "shard_pending",  # Tensor.shard of a pending tensor: one lazy sharding_constraint node
+    lambda x: (x * 2.0).shard(_MESH1, _rows(x)),
+    lambda x: x * 2.0,
+    unary(shapes=((3, 4), (2, 3, 5))),
+    FLOATS,
+    ["multiply", "sharding_constraint"],
+)
+spec(
+    "shard_map",  # one nx.shard_map call: one shard_map_call node (its vjp/jvp: more of them)
+    nx.shard_map(lambda x, w: nx.tanh(x @ w) * 2.0 + x.sum(), _MESH1),
+    lambda x, w: jnp.tanh(x @ w) * 2.0 + x.sum(),
+    cases_of(lambda dt, r: [A(r, (3, 4), dt), A(r, (4, 2), dt)]),
+    F32_ONLY,
+    ["shard_map_call"],
+)
 spec(
     "astype",
     nx.astype,

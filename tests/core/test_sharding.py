@@ -104,6 +104,10 @@ def test_inferred_plans_follow_the_rules():
         (lambda x, y: nx.concatenate([x, x], axis=0), [row, col], [((), ())]),
         (lambda x, y: nx.sort(x, axis=0), [row, col], [((), ())]),
         (lambda x, y: x[:, 1:], [row, col], [(("dp",), ())]),  # sliced dim replicated
+        (lambda x, y: x.at[1].set(0.0), [row, col], [(("dp",), ())]),  # scatter: the operand's
+        # vmap: the mapped dimension becomes a batch axis (unsharded), the others keep theirs
+        (lambda x, y: nx.vmap(lambda r: r * 2, in_axes=1)(x), [row, col], [((), ("dp",))]),
+        (lambda x, y: nx.vmap(nx.exp)(x), [row, col], [((), ())]),
     ]
     for fn, lays, want in cases:
         _, plan = _plan_of(fn, [a, b], lays, mesh)
@@ -119,3 +123,81 @@ def test_in_specs_none_replicates_and_unmentioned_arguments_keep_their_sharding(
     rep = nx.shard_map(lambda x: x * 2, mesh, in_specs={0: None})(xs)
     assert rep.sharding.dims == [nx.DimSpec([]), nx.DimSpec([])]  # None: replicated
     assert rep.tolist() == keep.tolist() == [[2.0, 2.0]] * 4
+
+
+# ---- Tensor.shard on pending tensors and the intrinsic .sharding (one device) ---------------------
+
+MESH1 = nx.DeviceMesh((1,), ("dp",))
+ROWS = [nx.DimSpec(["dp"]), nx.DimSpec([])]
+
+
+def test_sharding_is_none_without_a_mesh_and_propagates_from_sharded_leaves():
+    x = nx.tensor(np.arange(8, dtype=np.float32).reshape(4, 2))
+    assert x.sharding is None and (x * 2).sum(0).sharding is None
+    xs = x.shard(MESH1, ROWS)
+    assert xs.is_realized and xs.to_jax().sharding.spec[0] == "dp"  # placed at once
+    y = (nx.exp(xs) * 2).sum(axis=1)  # pending: the plan shard_map would infer
+    assert not y.is_realized and y.sharding == nx.ShardingSpec(MESH1, [nx.DimSpec(["dp"])])
+    assert nx.split(xs, 2)[0].sharding.dims == [nx.DimSpec([]), nx.DimSpec([])]
+    z = xs.T @ xs
+    assert z.sharding.dims == [nx.DimSpec([]), nx.DimSpec([])]
+    np.testing.assert_allclose(y.numpy(), (np.exp(x.numpy()) * 2).sum(1), rtol=1e-6)
+    # realized: where XLA put the data (on one device it says "replicated")
+    assert y.sharding == nx.ShardingSpec.from_named(MESH1, y.to_jax().sharding, 1)
+
+
+def test_shard_of_a_pending_tensor_is_a_lazy_differentiable_node():
+    x = nx.tensor(np.arange(8, dtype=np.float32).reshape(4, 2))
+    y = (x * 3).shard(MESH1, ROWS)
+    assert not y.is_realized and y.sharding == nx.ShardingSpec(MESH1, ROWS)
+    assert y.tolist() == (x.numpy() * 3).tolist()
+    g = nx.grad(lambda t: (t.shard(MESH1, ROWS) ** 2).sum())(x)
+    assert g.tolist() == (2 * x.numpy()).tolist()  # the placement does not cut the gradient
+    # under vmap: the spec is for the logical dimensions, the batch axis is not split
+    seen = []
+
+    def per_row(r):
+        out = (r + 1).shard(MESH1, [nx.DimSpec(["dp"])])
+        seen.append(out.sharding)
+        return out
+
+    v = nx.vmap(per_row)(x)
+    assert v.tolist() == (x.numpy() + 1).tolist()
+    assert seen == [nx.ShardingSpec(MESH1, [nx.DimSpec(["dp"])])]
+    with pytest.raises(ValueError, match="rank"):
+        nx.vmap(lambda r: r.shard(MESH1, ROWS))(x)  # logical rank 1
+
+
+def test_shard_map_is_one_lazy_node_recorded_by_compile():
+    import warnings
+
+    from nablax.core.graph import src_node
+
+    rows = nx.ShardingSpec(MESH1, ROWS)
+    f = nx.shard_map(lambda a, b: (a @ b, a.sum()), MESH1, in_specs={0: rows})
+    a, b = nx.ones((4, 3)), nx.ones((3, 2))
+    y, s = f(a, b)
+    assert not y.is_realized and src_node(y._impl.src) is src_node(s._impl.src)
+    assert src_node(y._impl.src).prim.name == "shard_map_call"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cf = nx.compile(f)
+        for _ in range(2):
+            y2, s2 = cf(a, b)
+    assert y2.tolist() == [[3.0, 3.0]] * 4 and s2.item() == 12.0
+    assert cf.cache_info().traces == 1
+
+
+def test_shard_map_errors_name_the_argument():
+    rows = nx.ShardingSpec(MESH1, ROWS)
+    x = nx.ones((4, 2))
+    with pytest.raises(ValueError, match=r"in_specs for args\[0\]\['w'\].*rank"):
+        nx.shard_map(lambda p: p["w"], MESH1, in_specs={0: {"w": nx.ShardingSpec(MESH1, [])}})(
+            {"w": x}
+        )
+    with pytest.raises(TypeError, match="keyword"):
+        nx.shard_map(lambda x: x, MESH1)(x=x)
+    with pytest.raises(ValueError, match=r"out_specs for output\[1\]"):
+        nx.shard_map(lambda x: (x, x.sum()), MESH1, out_specs=(rows, rows))(x)
+    with pytest.raises(nx.errors.GraphBreakError, match="nx.shard_map"):
+        nx.shard_map(lambda x: x * float(x.sum()), MESH1)(x)

@@ -1,17 +1,32 @@
 """Device meshes and sharding specs (API.md §5): ``nx.devices``, ``nx.DeviceMesh``, ``nx.DimSpec``,
-``nx.ShardingSpec``, ``Tensor.shard`` and ``nx.shard_map``.
+``nx.ShardingSpec``, ``Tensor.shard`` and what ``Tensor.sharding`` reports. ``nx.shard_map`` is
+in core/transforms/shard_map.py.
 
 A :class:`DeviceMesh` names the axes of an n-d grid of devices (a ``jax.sharding.Mesh``). A
 :class:`ShardingSpec` says, per tensor dimension, which mesh axes split it (a :class:`DimSpec`;
-empty: replicated along that dimension). ``x.shard(mesh, dim_specs)`` places a tensor that way.
+empty: replicated along that dimension).
 
-``nx.shard_map(f, mesh, in_specs, out_specs)`` has global-view semantics: ``f`` is written for
-unsharded tensors; it is traced once per signature like ``nx.compile`` (transforms/compile.py) and
-the traced program is compiled by XLA's SPMD partitioner with the inputs' shardings
-(``jax.jit`` with ``NamedSharding`` in/out shardings), so its results equal ``f``'s. The output
-shardings (the *sharding plan*, shown by ``.sharding``) are inferred by propagating the inputs'
-layouts through the traced graph with each primitive's sharding rule (core/ops/_shard.py), unless
-``out_specs`` fixes them; XLA is asked to produce exactly that plan.
+``x.shard(mesh, dim_specs)``:
+
+- on a realized, untransformed tensor, places the data at once (``x.to_jax().sharding`` is the
+  ``NamedSharding``);
+- on a pending tensor (built by ops not run yet, differentiated by ``nx.grad``, batched by
+  ``nx.vmap``, or traced by ``nx.compile``/``nx.shard_map``) adds one lazy ``sharding_constraint``
+  node (``jax.lax.with_sharding_constraint`` when it runs). Under ``nx.vmap`` the spec describes
+  the logical dimensions; the batch axes stay unsharded. Its gradient is the cotangent under the
+  same constraint, so ``nx.grad`` flows through it.
+
+``Tensor.sharding`` is intrinsic (as in the seed design) and costs nothing on the op-building hot
+path, because it is computed only when read:
+
+1. a spec set explicitly (``x.shard``, the outputs of ``nx.shard_map``) is returned as it is;
+2. a realized tensor reports where its data is: the spec of its ``jax.Array``'s ``NamedSharding``
+   (``None`` for a single-device array). After a realization XLA's placement is authoritative:
+   for slices and gathers it can differ from the plan a pending tensor shows;
+3. a pending tensor reports the layout *propagated* from the realized leaves of its graph that
+   carry a ``NamedSharding`` through every op with the primitives' sharding rules
+   (core/ops/_shard.py): exactly the plan ``nx.shard_map`` infers for the same ops. ``None`` when
+   no leaf is sharded.
 
 Multi-host: the same code runs on several machines after ``jax.distributed.initialize()`` on
 each (one process per host); ``nx.devices()`` then lists every device of the cluster and a mesh
@@ -23,24 +38,32 @@ devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8`` before JAX start
 >>> x = nx.ones((4, 2)).shard(mesh, [nx.DimSpec(["dp"]), nx.DimSpec([])])
 >>> x.sharding
 ShardingSpec(mesh=DeviceMesh((1,), ('dp',)), dims=[DimSpec(['dp']), DimSpec([])])
+>>> (x * 2).sum(axis=1).sharding.dims  # propagated through the ops, before anything runs
+[DimSpec(['dp'])]
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from .. import tree as _tree
-from .graph import Node, src_node
-from .tensor import Tensor, impl_from_array
+from .graph import Node, split_ref, src_node, toposort
+from .ops import _rules
+from .primitive import primitive
+from .tensor import Tensor, bind, impl_from_array
 
 
 def devices() -> list:
-    """Every device JAX can use (all hosts' after ``jax.distributed.initialize``)."""
+    """Every device JAX can use (all hosts' after ``jax.distributed.initialize``).
+
+    >>> import nablax as nx
+    >>> len(nx.devices()) >= 1
+    True
+    """
     return list(jax.devices())
 
 
@@ -66,6 +89,15 @@ class DeviceMesh:
             )
         self.shape, self.axis_names = shape, names
         self.jax_mesh = Mesh(np.array(devs[:need], dtype=object).reshape(shape), names)
+
+    @classmethod
+    def from_jax(cls, mesh: Mesh) -> DeviceMesh:
+        """The mesh of a ``jax.sharding.Mesh`` (e.g. a ``NamedSharding``'s)."""
+        self = object.__new__(cls)
+        self.shape = tuple(int(d) for d in mesh.devices.shape)
+        self.axis_names = tuple(mesh.axis_names)
+        self.jax_mesh = mesh
+        return self
 
     def size(self, axis: str) -> int:
         return self.shape[self.axis_names.index(axis)]
@@ -117,11 +149,25 @@ class ShardingSpec:
                 used[a] = k
         self.mesh, self.dims = mesh, dims
 
-    def partition_spec(self) -> PartitionSpec:
-        return PartitionSpec(*[d.axes if len(d.axes) != 1 else d.axes[0] for d in self.dims])
+    @classmethod
+    def replicated(cls, mesh: DeviceMesh, ndim: int) -> ShardingSpec:
+        return cls(mesh, [DimSpec()] * ndim)
 
-    def named(self) -> NamedSharding:
-        return NamedSharding(self.mesh.jax_mesh, self.partition_spec())
+    @classmethod
+    def from_layout(cls, mesh: DeviceMesh, layout) -> ShardingSpec:
+        """From a layout: one tuple of mesh axis names per dimension (core/ops/_shard.py)."""
+        return cls(mesh, [DimSpec(a) for a in layout])
+
+    def layout(self) -> tuple:
+        return tuple(d.axes for d in self.dims)
+
+    def partition_spec(self, batch_dims: int = 0) -> PartitionSpec:
+        """The ``PartitionSpec``; ``batch_dims`` leading vmap batch axes stay unsharded."""
+        entries = [d.axes if len(d.axes) != 1 else d.axes[0] for d in self.dims]
+        return PartitionSpec(*([None] * batch_dims + entries))
+
+    def named(self, batch_dims: int = 0) -> NamedSharding:
+        return NamedSharding(self.mesh.jax_mesh, self.partition_spec(batch_dims))
 
     def check(self, shape: tuple, what: str) -> None:
         if len(self.dims) != len(shape):
@@ -138,11 +184,13 @@ class ShardingSpec:
                 )
 
     @classmethod
-    def from_named(cls, mesh: DeviceMesh, sharding, ndim: int) -> ShardingSpec:
+    def from_named(cls, mesh: DeviceMesh, sharding, ndim: int, skip: int = 0) -> ShardingSpec:
+        """The spec of a ``NamedSharding`` for a value of rank ``skip + ndim``, without its
+        first ``skip`` (vmap batch) dimensions."""
         spec = getattr(sharding, "spec", PartitionSpec())
-        entries = list(spec) + [None] * (ndim - len(spec))
+        entries = list(spec) + [None] * (skip + ndim - len(spec))
         dims = []
-        for e in entries[:ndim]:
+        for e in entries[skip : skip + ndim]:
             axes = () if e is None else (e,) if isinstance(e, str) else tuple(e)
             dims.append(DimSpec(axes))
         return cls(mesh, dims)
@@ -159,12 +207,55 @@ class ShardingSpec:
         return f"ShardingSpec(mesh={self.mesh!r}, dims={self.dims!r})"
 
 
+# ---- Tensor.shard and its graph node ---------------------------------------------------------
+
+
+def _constraint_lower(params, x):
+    return jax.lax.with_sharding_constraint(x, params[0].named())
+
+
+def _constraint_batch(params, bds, x):  # the batch axes stay unsharded
+    return jax.lax.with_sharding_constraint(x, params[0].named(bds[0]))
+
+
+sharding_constraint_p = primitive(
+    "sharding_constraint",
+    lambda params, x: (x,),
+    _constraint_lower,
+    doc="Tensor.shard of a pending tensor: its value laid out as the spec says (no other effect).",
+)
+sharding_constraint_p.batch = _constraint_batch
+sharding_constraint_p.shard = lambda params, lays, ins, outs: (params[0].layout(),)
+# the constraint is the identity on values: its tangent and cotangent get the same layout
+_rules.linear(
+    sharding_constraint_p,
+    lambda params, ct, x: Tensor._wrap(bind(sharding_constraint_p, [ct._impl], params)[0]),
+)
+
+
 def _shard(self: Tensor, mesh: DeviceMesh, dim_specs) -> Tensor:
-    """This tensor placed over ``mesh`` as ``dim_specs`` says (realizes it)."""
+    """This tensor laid out over ``mesh`` as ``dim_specs`` says (a list of :class:`DimSpec` or a
+    :class:`ShardingSpec`). A realized tensor is placed at once; a pending one (lazy ops,
+    ``nx.grad``, ``nx.vmap``, ``nx.compile``) gets a lazy sharding constraint.
+
+    >>> import nablax as nx
+    >>> mesh = nx.DeviceMesh((1,), ("dp",))
+    >>> y = (nx.ones((2, 3)) + 1).shard(mesh, [nx.DimSpec(["dp"]), nx.DimSpec([])])
+    >>> y.is_realized, y.sharding.dims
+    (False, [DimSpec(['dp']), DimSpec([])])
+    """
     spec = dim_specs if isinstance(dim_specs, ShardingSpec) else ShardingSpec(mesh, dim_specs)
+    if spec.mesh != mesh:
+        raise ValueError(
+            f"Tensor.shard: the ShardingSpec is over {spec.mesh!r} but mesh={mesh!r}. Fix: "
+            f"pass a spec over the same mesh"
+        )
     spec.check(self.shape, "Tensor.shard")
-    value = jax.device_put(self._realized_value(), spec.named())
-    t = Tensor._wrap(impl_from_array(value))
+    impl = self._impl
+    if impl.value is not None and impl.src is None and not impl.batch_shape:
+        t = Tensor._wrap(impl_from_array(jax.device_put(impl.value, spec.named())))
+    else:
+        t = Tensor._wrap(bind(sharding_constraint_p, [impl], (spec,))[0])
     t._impl.sharding = spec
     return t
 
@@ -172,133 +263,102 @@ def _shard(self: Tensor, mesh: DeviceMesh, dim_specs) -> Tensor:
 Tensor.shard = _shard
 
 
-def infer_plan(out_impls, placeholders, in_layouts, mesh: DeviceMesh) -> list:
-    """The layout of each output, propagated from the placeholders' layouts through the traced
-    graph with every primitive's sharding rule (core/ops/_shard.py)."""
-    from .graph import split_ref, toposort
+# ---- propagation of layouts through a graph --------------------------------------------------
+
+
+def named_layout(value, mesh: DeviceMesh, ndim: int, skip: int):
+    """The logical layout of a realized array over ``mesh``, or None (not laid out over it)."""
+    s = getattr(value, "sharding", None)
+    if type(s) is not NamedSharding or s.mesh != mesh.jax_mesh:
+        return None
+    return ShardingSpec.from_named(mesh, s, ndim, skip).layout()
+
+
+def propagate(order, out_refs, mesh: DeviceMesh, given: dict | None = None) -> list:
+    """The layout of each of ``out_refs`` (``(node, index)`` pairs), propagated through the
+    nodes ``order`` (topologically sorted) with every primitive's sharding rule. ``given`` fixes
+    the layouts of some nodes' first output (placeholders); realized arrays the nodes read
+    contribute their ``NamedSharding`` over ``mesh``; everything else starts replicated."""
     from .ops._shard import fit
-    from .transforms.staging import compile_input_p
     from .transforms.trace import input_aval, node_avals
 
     sizes = dict(zip(mesh.axis_names, mesh.shape))
-    roots = [src_node(i.src) for i in out_impls if i.src is not None]
-    lay: dict = {}
+    given = given or {}
+    lay: dict = {(n, 0): layout for n, layout in given.items()}
     memo: dict = {}
-    for n in toposort(roots):
-        if n.prim is compile_input_p:
-            lay[(n, 0)] = in_layouts[n.params[2]]
+    for n in order:
+        if n in given:
             continue
         outs = node_avals(n, memo)
-        if n.bdims is not None:  # vmap batch axes: not part of the logical plan
-            for j, (shape, _) in enumerate(outs):
-                lay[(n, j)] = ((),) * len(shape)
-            continue
         ins, avals = [], []
         for k, inp in enumerate(n.inputs):
             aval = input_aval(inp, n, memo, k)
+            rank = len(aval[0])
             r = split_ref(inp)
-            ins.append(lay.get(r, ((),) * len(aval[0])) if r is not None else ((),) * len(aval[0]))
+            got = None
+            if r is not None:
+                got = lay.get(r)
+                m, j = r
+                if got is None and m.values is not None and m.values[j] is not None:
+                    nb = len(m.bdims[1]) if m.bdims is not None else 0
+                    got = named_layout(m.values[j], mesh, rank, nb)
+            elif hasattr(inp, "sharding"):
+                nb = n.bdims[0][k] if n.bdims is not None else 0
+                got = named_layout(inp, mesh, rank, nb)
+            ins.append(got if got is not None else ((),) * rank)
             avals.append(aval)
         proposed = n.prim.rule("shard")(n.params, ins, avals, outs)
         for j, ((shape, _), p) in enumerate(zip(outs, proposed)):
             lay[(n, j)] = fit(p, shape, sizes)
-    out = []
-    for impl in out_impls:
-        if impl.src is None:
-            out.append(((),) * len(impl.shape))
-        else:
-            m, j = (impl.src, 0) if type(impl.src) is Node else impl.src
-            out.append(lay[(m, j)])
-    return out
+    return [lay.get(r, ()) for r in out_refs]
 
 
-_KEEP = object()
+def infer_plan(out_impls, placeholders, in_layouts, mesh: DeviceMesh) -> list:
+    """The layout of each output of a traced graph, propagated from the placeholders' layouts
+    (``in_layouts[k]`` for ``placeholders[k]``) with every primitive's sharding rule."""
+    roots = [src_node(i.src) for i in out_impls if i.src is not None]
+    order = toposort(roots)
+    given = dict(zip(placeholders, in_layouts))
+    refs = [split_ref(i.src) if i.src is not None else None for i in out_impls]
+    got = propagate(order, [r for r in refs if r is not None], mesh, given)
+    it = iter(got)
+    return [next(it) if r is not None else ((),) * len(i.shape) for r, i in zip(refs, out_impls)]
 
 
-def _spec_for(specs, k: int):
-    """The spec ``in_specs`` gives argument ``k``: a ``ShardingSpec``, ``None`` (replicated), or
-    ``_KEEP`` when it says nothing about it (the tensor keeps its own ``.sharding``)."""
-    if specs is None:
-        return _KEEP
-    if isinstance(specs, dict):
-        return specs.get(k, _KEEP)
-    return specs[k] if k < len(specs) else _KEEP
+def _leaf_mesh(order) -> DeviceMesh | None:
+    """The mesh of the first node that lays its output out over one (its parameters name a mesh:
+    ``x.shard``, ``nx.shard_map``) or reads a realized array with a ``NamedSharding``."""
+    for n in order:
+        for p in n.params:
+            m = getattr(p, "mesh", None)
+            if isinstance(m, DeviceMesh):
+                return m
+        for inp in n.inputs:
+            r = split_ref(inp)
+            if r is not None:
+                m, j = r
+                if m.values is None or m.values[j] is None:
+                    continue
+                inp = m.values[j]
+            s = getattr(inp, "sharding", None)
+            if type(s) is NamedSharding:
+                return DeviceMesh.from_jax(s.mesh)
+    return None
 
 
-def shard_map(f: Callable, mesh: DeviceMesh, in_specs=None, out_specs=None) -> Callable:
-    """Run ``f`` (written for whole tensors) partitioned over ``mesh``; results equal ``f``'s.
-
-    ``in_specs``: ``{position: ShardingSpec or None}`` or a tuple (``None``: replicated; an
-    argument it does not mention keeps its own ``.sharding``, replicated if it has none); ``out_specs``: one spec for every output or a pytree of
-    specs (``None``: the plan nablax infers with the primitives' sharding rules).
-
-    >>> import nablax as nx
-    >>> mesh = nx.DeviceMesh((1,), ("dp",))
-    >>> rows = nx.ShardingSpec(mesh, [nx.DimSpec(["dp"]), nx.DimSpec([])])
-    >>> f = nx.shard_map(lambda x, w: x @ w, mesh, in_specs={0: rows})
-    >>> y = f(nx.ones((4, 3)), nx.ones((3, 2)))
-    >>> y.tolist()[0], y.sharding.dims
-    ([3.0, 3.0], [DimSpec(['dp']), DimSpec([])])
-    """
-    from .transforms.staging import lower, make_placeholder, trace_graph
-
-    cache: dict = {}
-
-    def wrapped(*args):
-        for k, a in enumerate(args):
-            if not isinstance(a, Tensor):
-                raise TypeError(
-                    f"nx.shard_map: argument {k} of {getattr(f, '__name__', f)} is a "
-                    f"{type(a).__name__}; pass tensors"
-                )
-        specs = []
-        for k, a in enumerate(args):
-            s = _spec_for(in_specs, k)
-            if s is _KEEP:
-                s = a.sharding
-            if s is not None:
-                s.check(a.shape, f"nx.shard_map in_specs[{k}]")
-            specs.append(s)
-        key = tuple((a.shape, a.dtype, s) for a, s in zip(args, specs))
-        entry = cache.get(key)
-        if entry is None:
-            placeholders, ph_args = zip(*[make_placeholder(a, k) for k, a in enumerate(args)])
-            out = trace_graph(f, ph_args, list(placeholders))
-            leaves, out_def = _tree.flatten(out)
-            impls = [t._impl for t in leaves]
-            program, captured = lower(impls, list(placeholders))
-            replicated = NamedSharding(mesh.jax_mesh, PartitionSpec())
-            in_sh = [s.named() if s is not None else replicated for s in specs]
-            in_sh += [replicated] * len(captured)
-            if out_specs is None:  # the plan nablax infers (every primitive's sharding rule)
-                layouts = [
-                    tuple(d.axes for d in s.dims) if s is not None else ((),) * a.ndim
-                    for s, a in zip(specs, args)
-                ]
-                plan = [
-                    ShardingSpec(mesh, [DimSpec(a) for a in lay])
-                    for lay in infer_plan(impls, placeholders, layouts, mesh)
-                ]
-            elif isinstance(out_specs, ShardingSpec):
-                plan = [out_specs] * len(leaves)
-            else:
-                given = _tree.leaves(out_specs, is_leaf=lambda s: s is None)
-                plan = [
-                    s if s is not None else ShardingSpec(mesh, [DimSpec()] * t.ndim)
-                    for s, t in zip(given, leaves)
-                ]
-            for k, (s, t) in enumerate(zip(plan, leaves)):
-                s.check(t.shape, f"nx.shard_map out_specs (output {k})")
-            fn = jax.jit(program, in_shardings=in_sh, out_shardings=[s.named() for s in plan])
-            entry = cache[key] = (fn, captured, out_def, plan)
-        fn, captured, out_def, plan = entry
-        vals = [a._realized_value() for a in args]
-        outs = fn(*vals, *captured)
-        res = []
-        for v, spec in zip(outs, plan):
-            t = Tensor._wrap(impl_from_array(v))
-            t._impl.sharding = spec
-            res.append(t)
-        return _tree.unflatten(out_def, res)
-
-    return wrapped
+def sharding_of(impl) -> ShardingSpec | None:
+    """``Tensor.sharding`` when no spec was set explicitly (see the module docstring)."""
+    if impl.value is not None:
+        s = getattr(impl.value, "sharding", None)
+        if type(s) is not NamedSharding:
+            return None
+        mesh = DeviceMesh.from_jax(s.mesh)
+        return ShardingSpec.from_named(mesh, s, len(impl.shape), len(impl.batch_shape))
+    node = src_node(impl.src)
+    order = toposort([node])
+    mesh = _leaf_mesh(order)
+    if mesh is None:
+        return None
+    ref = (impl.src, 0) if type(impl.src) is Node else impl.src
+    (layout,) = propagate(order, [ref], mesh)
+    return ShardingSpec.from_layout(mesh, layout)

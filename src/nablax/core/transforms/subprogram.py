@@ -1,0 +1,315 @@
+"""Staging a sub-program into one graph node: the machinery of ``nx.shard_map``'s node.
+
+Code runs on *placeholders* (behind markers of a private differentiation trace, so derivative
+passes can walk what it built later); :meth:`Stage.finish` cuts the sub-graph that depends on
+them out of the lazy graph, turns every outside value it reads into one more input (closure
+conversion: the transforms around the node then see those values), and encodes it as a
+:class:`Body`: hashable by structure, with :meth:`Body.run` as its lowering. Derivative rules stage
+new bodies on the same placeholders (:meth:`Stage.reuse`), so a backward body recomputes the
+forward values it needs from the node's inputs.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+import numpy as np
+
+from ..graph import SCALAR_TYPES, Const, Node, _next_seq, end_trace, seq_of, split_ref
+from ..ops._batch import to_full_batch
+from ..sharding import DeviceMesh, ShardingSpec, named_layout, propagate
+from ..tensor import Tensor, TensorImpl
+from .staging import _Tracing, compile_input_p, forget_traced
+from .trace import mark, marker_of, node_avals, open_trace
+
+
+class _In:
+    """A tensor input of a body: its placeholder node, the marker node the function sees (where
+    derivative passes stop), its physical batch shape, its logical spec (None: unconstrained)
+    and, while staging, the captured array it stands for (where the plan starts from)."""
+
+    __slots__ = ("ph", "marker", "bshape", "spec", "hint")
+
+    def __init__(self, ph: Node, marker: Node, bshape: tuple, spec) -> None:
+        self.ph, self.marker, self.bshape, self.spec = ph, marker, bshape, spec
+        self.hint = None
+
+    @property
+    def aval(self) -> tuple:
+        return self.ph.params[0], self.ph.params[1]
+
+
+class Body:
+    """A staged sub-program (the parameter of a ``shard_map_call`` node). Equal bodies have the
+    same structure, so they lower to the same program; each keeps its own sub-graph for the
+    derivative rules."""
+
+    __slots__ = (
+        "key",
+        "_hash",
+        "mesh",
+        "ins",
+        "outs",
+        "out_avals",
+        "out_bshape",
+        "lits",
+        "plan",
+        "in_sh",
+        "out_sh",
+        "steps",
+        "n_slots",
+        "out_codes",
+        "out_bds",
+    )
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or (
+            type(other) is Body and other._hash == self._hash and other.key == self.key
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Body(<{len(self.steps)} ops>, {self.mesh!r})"
+
+    def layouts(self) -> tuple:
+        return tuple(
+            s.layout() if s is not None else ((),) * len(shape)
+            for s, (shape, _) in zip(self.plan, self.out_avals)
+        )
+
+    def run(self, xs):
+        """The lowering: constrained inputs -> the sub-graph's lowerings -> constrained outputs."""
+        n_in = len(self.ins)
+        env = [None] * self.n_slots
+        for k, (v, s) in enumerate(zip(xs, self.in_sh)):
+            env[k] = v if s is None else jax.lax.with_sharding_constraint(v, s)
+        lits = xs[n_in:]
+        for prim, params, codes, bds, base, nout in self.steps:
+            args = [env[c] if c >= 0 else lits[~c] for c in codes]
+            r = prim.lower(params, *args) if bds is None else prim.rule("batch")(params, bds, *args)
+            if prim.multiple_results:
+                env[base : base + nout] = list(r)
+            else:
+                env[base] = r
+        outs = []
+        for c, b, s in zip(self.out_codes, self.out_bds, self.out_sh):
+            v = to_full_batch(env[c], b, self.out_bshape)
+            outs.append(v if s is None else jax.lax.with_sharding_constraint(v, s))
+        return tuple(outs)
+
+
+# ---- staging a body --------------------------------------------------------------------------
+
+
+class Stage:
+    """Context of one body being staged: placeholders, their markers, the private trace."""
+
+    def __init__(self) -> None:
+        self.ins: list = []
+        self.captured: list = []  # node inputs (outside refs) of the captured tensors
+
+    def __enter__(self) -> Stage:
+        self._tracing = _Tracing()
+        self._tracing.__enter__()
+        self._open = open_trace()
+        self.trace = self._open.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._open.__exit__(*exc)
+        end_trace(self.trace)
+        self._tracing.__exit__(*exc)
+        forget_traced([i.ph for i in self.ins])  # never part of an eager program
+
+    def add(self, shape: tuple, dtype, bshape: tuple, spec) -> Tensor:
+        """A new input: the marked placeholder tensor the staged code sees."""
+        node = Node(compile_input_p, (shape, dtype, len(self.ins)), (), 1, None)
+        if bshape:
+            node.bdims = ((), bshape)
+        impl = TensorImpl(node, None, shape, dtype, bshape)
+        node.outs = (weakref.ref(impl),)
+        m = mark(Tensor._wrap(impl), self.trace)
+        self.ins.append(_In(node, marker_of(m), bshape, spec))
+        return m
+
+    def reuse(self, ins) -> None:
+        """The inputs of a body whose sub-graph this one builds on (derivative bodies)."""
+        self.ins.extend(ins)
+
+    def finish(self, outs: list, mesh: DeviceMesh, out_specs) -> Body:
+        """The body computing ``outs`` from the inputs; ``out_specs``: one logical spec (or
+        None: unconstrained) per output, or None to infer the plan."""
+        lo = min(i.ph.seq for i in self.ins) if self.ins else _next_seq()
+        roots = [split_ref(t._impl.src) for t in outs if t._impl.src is not None]
+        dep, order = _dependent([r[0] for r in roots], [i.ph for i in self.ins], lo)
+        capture = _Captures(self, dep, lo)
+        out_refs = []
+        for t in outs:
+            impl = t._impl
+            r = split_ref(impl.src) if impl.src is not None else None
+            if r is not None and dep.get(r[0]):
+                out_refs.append(r)
+            else:  # not computed from the inputs: passed in (and out) as an input
+                nb = len(impl.batch_shape)
+                out_refs.append(
+                    (capture(impl.ref, impl.shape, impl.dtype, impl.batch_shape, nb), 0)
+                )
+        for n in order:
+            if any(split_ref(i) is None or not dep[split_ref(i)[0]] for i in n.inputs):
+                n.inputs = tuple(capture.convert(n, k, i) for k, i in enumerate(n.inputs))
+        order = sorted(order + capture.markers(), key=seq_of)
+        return _make_body(self.ins, order, out_refs, outs, mesh, out_specs)
+
+
+def _dependent(roots, phs, lo) -> tuple[dict, list]:
+    """``({node: depends on a placeholder}, dependent nodes in creation order)``; nodes created
+    before the first placeholder cannot depend on it and are not walked past."""
+    dep: dict = dict.fromkeys(phs, True)
+    order = []
+    stack = list(roots)
+    while stack:
+        n = stack[-1]
+        if n in dep:
+            stack.pop()
+            continue
+        if n.seq < lo or n.inputs is None or n.values is not None:
+            dep[n] = False
+            stack.pop()
+            continue
+        todo = [r[0] for i in n.inputs if (r := split_ref(i)) is not None and r[0] not in dep]
+        if todo:
+            stack.extend(todo)
+            continue
+        d = any(dep[r[0]] for i in n.inputs if (r := split_ref(i)) is not None)
+        dep[n] = d
+        if d:
+            order.append(n)
+        stack.pop()
+    return dep, sorted(order, key=seq_of)
+
+
+class _Captures:
+    """Closure conversion: each outside value the sub-graph reads becomes a new input."""
+
+    def __init__(self, stage: Stage, dep: dict, lo) -> None:
+        self.stage, self.dep, self.lo = stage, dep, lo
+        self.by_key: dict = {}
+        self.made: list = []
+        self.memo: dict = {}
+
+    def __call__(self, ref, shape, dtype, bshape, nb) -> Node:
+        key = (ref, 0) if type(ref) is Node else ref if type(ref) is tuple else (id(ref), nb)
+        marker = self.by_key.get(key)
+        if marker is None:
+            m = self.stage.add(shape, dtype, bshape, None)
+            marker = self.by_key[key] = marker_of(m)
+            self.made.append(self.stage.ins[-1])
+            if type(ref) is not Node and type(ref) is not tuple:
+                self.made[-1].hint = ref
+            self.stage.captured.append(ref)
+        return marker
+
+    def convert(self, n: Node, k: int, inp):
+        r = split_ref(inp)
+        if r is not None:
+            if self.dep[r[0]]:
+                return inp
+            shape, dtype = node_avals(r[0], self.memo)[r[1]]
+            bshape = r[0].bdims[1] if r[0].bdims is not None else ()
+            return self(inp, shape, dtype, bshape, len(bshape))
+        if type(inp) in SCALAR_TYPES or type(inp) is Const:
+            return inp
+        nb = n.bdims[0][k] if n.bdims is not None else 0
+        shape = tuple(inp.shape)
+        return self(inp, shape[nb:], np.dtype(inp.dtype), shape[:nb], nb)
+
+    def markers(self) -> list:
+        """The new markers, renumbered to come before every node of the sub-graph (their
+        consumers), keeping the creation order topological."""
+        n = len(self.made)
+        for k, i in enumerate(self.made):
+            i.ph.seq = self.lo - 1 + (2 * k + 1) / (2 * n + 2)
+            i.marker.seq = self.lo - 1 + (2 * k + 2) / (2 * n + 2)
+        return [i.marker for i in self.made]
+
+
+def _common_batch(shapes) -> tuple:
+    out: list = []
+    for b in shapes:
+        for k, d in enumerate(b):
+            if k == len(out):
+                out.append(d)
+            elif out[k] == 1:
+                out[k] = d
+    return tuple(out)
+
+
+def _make_body(ins, order, out_refs, outs, mesh, out_specs) -> Body:
+    b = object.__new__(Body)
+    b.mesh, b.ins = mesh, list(ins)
+    b.outs = out_refs
+    b.out_avals = tuple((t.shape, t.dtype) for t in outs)
+    bshapes = [t._impl.batch_shape for t in outs]
+    b.out_bshape = _common_batch(bshapes)
+    b.out_bds = tuple(len(s) for s in bshapes)
+    slot = {i.ph: k for k, i in enumerate(b.ins)}
+    n = len(b.ins)
+    steps, lits = [], []
+    for node in order:
+        codes = []
+        for inp in node.inputs:
+            r = split_ref(inp)
+            if r is not None:
+                codes.append(slot[r[0]] + r[1])
+            elif type(inp) is Const:
+                codes.append(~len(lits))
+                lits.append((inp.value, np.dtype(inp.dtype)))
+            else:
+                assert type(inp) in SCALAR_TYPES, f"unconverted input {type(inp)}"
+                codes.append(~len(lits))
+                lits.append((inp, np.dtype(node.params[0])))
+        slot[node] = n
+        nout = len(node.outs)
+        bds = node.bdims[0] if node.bdims is not None else None
+        steps.append((node.prim, node.params, tuple(codes), bds, n, nout))
+        n += nout
+    b.steps, b.n_slots, b.lits = tuple(steps), n, lits
+    b.out_codes = tuple(slot[m] + j for m, j in out_refs)
+    if out_specs is None:
+        given = {i.ph: _input_layout(i, mesh) for i in b.ins}
+        b.plan = [
+            ShardingSpec.from_layout(mesh, lay) for lay in propagate(order, out_refs, mesh, given)
+        ]
+    else:
+        b.plan = list(out_specs)
+    for i in b.ins:
+        i.hint = None  # the captured array is a node input; the body does not keep it
+    b.in_sh = tuple(i.spec.named(len(i.bshape)) if i.spec is not None else None for i in b.ins)
+    nb = len(b.out_bshape)
+    b.out_sh = tuple(s.named(nb) if s is not None else None for s in b.plan)
+    b.key = (
+        b.steps,
+        tuple((i.aval, i.bshape) for i in b.ins),
+        tuple(d for _, d in lits),
+        b.out_codes,
+        b.out_bds,
+        b.out_bshape,
+        b.in_sh,
+        b.out_sh,
+    )
+    b._hash = hash(b.key)
+    return b
+
+
+def _input_layout(i: _In, mesh) -> tuple:
+    if i.spec is not None:
+        return i.spec.layout()
+    rank = len(i.aval[0])
+    if i.hint is not None:  # a captured array laid out over the mesh keeps its layout
+        lay = named_layout(i.hint, mesh, rank, len(i.bshape))
+        if lay is not None:
+            return lay
+    return ((),) * rank
