@@ -3,6 +3,10 @@ thread's* state, in one object per thread (as JAX's trace state).
 
 - ``traces``: the open differentiation traces (``grad``/``vjp``/``jvp`` calls), innermost last;
 - ``vmap_depth``: how many ``nx.vmap`` calls enclose the running code;
+- ``vjp_depth``: the ``vmap_depth`` at which the running backward pass's transform was opened
+  (levels from there on that only a cotangent has come from vmaps around a ``vjp`` function);
+- ``custom_fwd``: ``(custom_vjp function, trace)`` for each custom ``fwd`` rule running (inside
+  it, a call of the same function at that trace is its primal function, as in JAX);
 - ``tracing_depth``: > 0 while ``nx.compile`` / ``nx.shard_map`` stage a function on placeholders;
 - ``pending``: weak references to the outputs of nodes built since this thread's last realization
   (live pending tensors connected to a realized program are computed with it, see realize.py);
@@ -29,6 +33,8 @@ class Context(threading.local):
     def __init__(self) -> None:
         self.traces: list = []
         self.vmap_depth = 0
+        self.vjp_depth = 0
+        self.custom_fwd: list = []
         self.tracing_depth = 0
         self.pending: list = []
         self.prune_at = _PRUNE_MIN

@@ -1,21 +1,32 @@
 """``nx.custom_vjp``: a function with a user-defined backward pass.
 
 Called with no live differentiation trace on its arguments, the function runs as written. Under a
-trace, ``fwd`` runs on detached arguments and its outputs are routed through one multi-output
+trace, ``fwd`` runs on the arguments and its outputs are routed through one multi-output
 ``custom_vjp_call`` node whose inputs are the (traced) arguments: the backward pass therefore skips
-``fwd``'s internals and calls the user's ``bwd`` instead. The per-call data (``bwd``, residuals,
-structures) travels in an :class:`~.trace.Opaque` parameter, which never changes the structure key,
-so repeated calls reuse the compiled program.
+``fwd``'s internals and calls the user's ``bwd`` instead.
+
+Levels, as in JAX: the call belongs to the innermost live trace of its arguments. While ``fwd``
+runs for that trace, a call of the same function at that trace is its primal function (``fwd``
+may call ``f`` itself, the pattern of JAX's documentation), while an enclosing trace still sees
+a custom call there (second order differentiates ``fwd``'s residuals and ``bwd`` with the same
+rule, as ``jax.grad(jax.grad(f))`` does).
+
+The per-call data (``bwd``, residuals, structures) travels in an :class:`~.trace.Opaque`
+parameter, which never changes the structure key, so repeated calls reuse the compiled program;
+backward plans never replay such a node, so ``bwd`` (user code) runs on every backward pass.
+Keyword arguments and defaults are bound to positions first, as ``jax.custom_vjp`` does.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Any
 
 from ... import tree as _tree
-from ..graph import split_ref
+from ..context import CTX
+from ..graph import _self_alive, split_ref
 from ..primitive import primitive
 from ..tensor import Tensor, bind
 from .trace import Opaque
@@ -43,12 +54,55 @@ class _Record:
         self.nondiff = nondiff  # values of nondiff_argnums, passed first to bwd
 
 
+def _live(trace):
+    """``trace`` or its nearest enclosing trace that is still running (None: none is)."""
+    while trace is not None and not _self_alive(trace):
+        trace = trace.parent
+    return trace
+
+
 def _traced(t: Tensor) -> bool:
+    """Whether ``t`` is recorded by a live differentiation trace (kernel calls ask this too)."""
     src = t._impl.src
-    if src is None:
-        return False
-    n = split_ref(src)[0]
-    return n.trace is not None and n.trace.alive()
+    return src is not None and _live(split_ref(src)[0].trace) is not None
+
+
+def _call_trace(leaves):
+    """The innermost live differentiation trace the tensor arguments are recorded in."""
+    best = None
+    for x in leaves:
+        if isinstance(x, Tensor) and x._impl.src is not None:
+            t = _live(split_ref(x._impl.src)[0].trace)
+            if t is not None and (best is None or t.level > best.level):
+                best = t
+    return best
+
+
+def _positional(fn, args: tuple, kwargs: dict) -> tuple:
+    """The arguments with keywords and defaults bound to their positions, as ``jax.custom_vjp``
+    does: a tensor passed by keyword is differentiated like any other, and ``fwd``/``bwd`` see
+    (and ``bwd`` returns a cotangent for) every positional parameter."""
+    try:
+        sig = inspect.signature(fn.fun)
+    except (TypeError, ValueError):  # no signature (a builtin): positional arguments as given
+        if kwargs:
+            raise TypeError(
+                f"nx.custom_vjp: {_fname(fn.fun)} has no inspectable signature, so its keyword "
+                f"arguments cannot be bound to positions. Fix: pass them positionally"
+            ) from None
+        return args
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"nx.custom_vjp: bad arguments for {_fname(fn.fun)}: {e}") from None
+    bound.apply_defaults()
+    if bound.kwargs:
+        raise TypeError(
+            f"nx.custom_vjp: keyword argument(s) {sorted(bound.kwargs)} of {_fname(fn.fun)} have "
+            f"no position (keyword-only or **kwargs), but fwd and bwd take positional arguments "
+            f"only. Fix: make them positional parameters, or close over them"
+        )
+    return tuple(bound.args)
 
 
 class custom_vjp:
@@ -65,6 +119,19 @@ class custom_vjp:
     >>> clip_grad.defvjp(fwd, bwd)
     >>> nx.grad(lambda x: (clip_grad(x) * 5.0).sum())(nx.ones(2)).tolist()
     [1.0, 1.0]
+
+    ``fwd`` may call the function itself (there it is the primal function):
+
+    >>> @nx.custom_vjp
+    ... def f(x):
+    ...     return nx.sin(x)
+    >>> def f_fwd(x):
+    ...     return f(x), nx.cos(x)
+    >>> def f_bwd(cos_x, g):
+    ...     return (2.0 * cos_x * g,)
+    >>> f.defvjp(f_fwd, f_bwd)
+    >>> round(nx.grad(f)(nx.tensor(0.0)).item(), 4)
+    2.0
     """
 
     def __init__(self, fun: Callable, nondiff_argnums: tuple[int, ...] = ()) -> None:
@@ -75,8 +142,9 @@ class custom_vjp:
         self.bwd: Callable | None = None
 
     def defvjp(self, fwd: Callable, bwd: Callable) -> None:
-        """``fwd(*args) -> (out, residuals)``; ``bwd(*nondiff_args, residuals, out_cotangent)``
-        returns a tuple with one cotangent (pytree or None) per differentiable positional argument."""
+        """``fwd(*args) -> (out, residuals)`` (``fwd`` may call this function: there it is the
+        primal function); ``bwd(*nondiff_args, residuals, out_cotangent)`` returns a tuple with one
+        cotangent (pytree or None) per differentiable positional argument."""
         self.fwd = fwd
         self.bwd = bwd
 
@@ -84,39 +152,42 @@ class custom_vjp:
         return self if obj is None else functools.partial(self, obj)
 
     def __call__(self, *args: Any, **kwargs: Any):
-        leaves = _tree.leaves(args)
-        if not any(isinstance(x, Tensor) and _traced(x) for x in leaves):
+        trace = _call_trace(_tree.leaves((args, kwargs)))
+        running = [t for fn, t in CTX.custom_fwd if fn is self]
+        while trace is not None and any(t is trace for t in running):
+            trace = _live(trace.parent)  # our own fwd for that trace: the primal function there
+        if trace is None:
             return self.fun(*args, **kwargs)
         if self.fwd is None or self.bwd is None:
             raise TypeError(
                 f"nx.custom_vjp: {_fname(self.fun)} is differentiated but has no rule; call "
                 f"{_fname(self.fun)}.defvjp(fwd, bwd) first"
             )
-        return self._call_traced(args, kwargs)
+        return self._call_traced(_positional(self, args, kwargs), trace)
 
-    def _call_traced(self, args, kwargs):
+    def _call_traced(self, args: tuple, trace):
         from ..ops.elementwise import stop_gradient
 
-        inputs, paths, positions, n_leaves, treedefs, detached_args = [], [], [], [], [], []
+        inputs, paths, positions, n_leaves, treedefs = [], [], [], [], []
         for i, a in enumerate(args):
             if i in self.nondiff_argnums:
-                detached_args.append(a)
                 continue
             leaves, treedef = _tree.flatten(a)
             treedefs.append(treedef)
             n_leaves.append(len(leaves))
-            with_paths = _tree.leaves_with_path(a, prefix=f"args[{i}]")
-            det = []
-            for k, ((path, leaf), _) in enumerate(zip(with_paths, leaves)):
+            for k, (path, leaf) in enumerate(_tree.leaves_with_path(a, prefix=f"args[{i}]")):
                 if isinstance(leaf, Tensor):
                     inputs.append(leaf._impl)
                     paths.append(path)
                     positions.append((len(treedefs) - 1, k))
-                # fwd sees the arguments as they are: its residuals stay connected to enclosing
-                # traces (second order); the custom node sends no cotangent into fwd's internals
-                det.append(leaf)
-            detached_args.append(_tree.unflatten(treedef, det))
-        result = self.fwd(*detached_args, **kwargs)
+        # fwd sees the arguments as they are: its residuals stay connected to enclosing traces
+        # (second order); the custom node sends no cotangent into fwd's internals
+        stack = CTX.custom_fwd
+        stack.append((self, trace))
+        try:
+            result = self.fwd(*args)
+        finally:
+            stack.pop()
         if not (isinstance(result, (tuple, list)) and len(result) == 2):
             raise TypeError(
                 f"nx.custom_vjp: fwd of {_fname(self.fun)} must return (output, residuals), "

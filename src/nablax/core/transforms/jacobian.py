@@ -29,29 +29,6 @@ def _eye(shape, dtype) -> Tensor:
     return eye(size, dtype=dtype).reshape((size,) + tuple(shape))
 
 
-def _has_inner_vmap(out_leaves) -> bool:
-    """Whether the traced function used ``nx.vmap`` inside (nodes with more batch levels than
-    the enclosing vmaps give)."""
-    from ..graph import src_node
-    from .trace import collect
-    from .vmap import vmap_depth
-
-    depth = vmap_depth()
-    roots = [src_node(t._impl.src) for t in out_leaves if t._impl.src is not None]
-    return any(n.bdims is not None and len(n.bdims[1]) > depth for n in collect(roots, set()))
-
-
-def _stack_trees(trees, basis):
-    """Stack a list of equally structured pytrees of tensors along a new leading axis."""
-    from ..ops.shape import stack
-
-    if not trees:  # an empty output: zero rows
-        raise NotImplementedError("nx.jacrev: empty outputs of functions that use nx.vmap")
-    leaves0, treedef = _tree.flatten(trees[0])
-    cols = [_tree.leaves(t) for t in trees]
-    return _tree.unflatten(treedef, [stack([c[i] for c in cols]) for i in range(len(leaves0))])
-
-
 def _zeros_like(t):
     from ..ops.creation import zeros_like
 
@@ -93,13 +70,7 @@ def jacrev(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
                 ]
                 return f_vjp(_tree.unflatten(out_def, cts))
 
-            basis = _eye(o.shape, o.dtype)
-            if _has_inner_vmap(out_leaves):
-                # f runs its own vmap: its batch levels and the basis level would share positions
-                # (batch levels are positional), so pull the basis vectors back one by one
-                rows = _stack_trees([pull(basis[k]) for k in range(basis.shape[0])], basis)
-            else:
-                rows = vmap(pull)(basis)  # per argnum: pytree, leading axis o.size
+            rows = vmap(pull)(_eye(o.shape, o.dtype))  # per argnum: pytree, leading axis o.size
             per_arg = []
             for ai, i in enumerate(nums):
                 leaves, adef = _tree.flatten(rows[ai])

@@ -23,7 +23,7 @@ from .trace import (
     ref_key,
     tensor_of,
 )
-from .vjp import _fname, _out_tensors
+from .vjp import _fname, _out_tensors, _split_aux, check_readable
 
 
 def forward_pass(outputs, tangents: dict) -> list:
@@ -52,13 +52,20 @@ def forward_pass(outputs, tangents: dict) -> list:
     return result
 
 
-def jvp(f: Callable, primals, tangents):
+def jvp(f: Callable, primals, tangents, has_aux: bool = False):
     """``(f(*primals), J·tangents)``, as ``jax.jvp`` (``primals``/``tangents``: same structure).
+
+    With ``has_aux=True``, ``f`` returns ``(output, aux)`` and the result is
+    ``(output, tangent_out, aux)``; ``aux`` is returned as it is, not differentiated.
 
     >>> import nablax as nx
     >>> out, t = nx.jvp(lambda x: x ** 2, (nx.tensor(3.0),), (nx.tensor(1.0),))
     >>> out.item(), t.item()
     (9.0, 6.0)
+    >>> out, t, aux = nx.jvp(lambda x: (x ** 2, {"x": x}), (nx.tensor(3.0),), (nx.tensor(1.0),),
+    ...                      has_aux=True)
+    >>> t.item(), aux["x"].item()
+    (6.0, 3.0)
     """
     if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
         raise TypeError(
@@ -96,12 +103,16 @@ def jvp(f: Callable, primals, tangents):
                 m = mark(p, trace)
                 tmap[marker_of(m)] = t
                 marked.append(m)
-            out = f(*_tree.unflatten(p_def, marked))
+            out, aux = _split_aux("jvp", f, f(*_tree.unflatten(p_def, marked)), has_aux)
             leaves, treedef = _out_tensors("jvp", f, out)
             touts = forward_pass(leaves, tmap)
         finally:
             end_trace(trace)
     from ..ops.creation import zeros_like
 
-    t_out = [t if t is not None else zeros_like(o) for o, t in zip(leaves, touts)]
-    return out, _tree.unflatten(treedef, t_out)
+    t_out = [
+        zeros_like(o) if t is None else check_readable("jvp", f, f"the tangent of output {i}", t)
+        for i, (o, t) in enumerate(zip(leaves, touts))
+    ]
+    t_out = _tree.unflatten(treedef, t_out)
+    return (out, t_out, aux) if has_aux else (out, t_out)

@@ -123,7 +123,8 @@ def _node(src) -> Node:
 class Opaque:
     """A static parameter that carries a Python object but never changes the structure key (it
     compares equal to every other ``Opaque``): used where a rule needs per-call data (custom_vjp)
-    that the lowering does not."""
+    that the lowering does not. It goes last in ``params``: backward plans (plan.py) never replay
+    a node that carries one, since its rule is user code that must run on every pass."""
 
     __slots__ = ("obj",)
 

@@ -19,6 +19,7 @@ import numpy as np
 from ... import _config
 from ... import tree as _tree
 from ...errors import op_error
+from ..context import CTX
 from ..graph import end_trace, gc_paused, split_ref
 from ..tensor import Tensor, TensorImpl
 from . import plan as _plan
@@ -56,7 +57,12 @@ def backward_pass(seeds, markers, trace=None, depth: int = 0) -> dict:
                 return _plan.replay(plan, frame, markers)
             if plan is not None:
                 key = None  # this structure is known to be unplannable
-    result = _run_rules(seeds, markers, depth)
+    ctx = CTX
+    saved, ctx.vjp_depth = ctx.vjp_depth, depth  # read by the batch-level rules (vmap.py)
+    try:
+        result = _run_rules(seeds, markers, depth)
+    finally:
+        ctx.vjp_depth = saved
     if key is not None:
         _plan.record(key, frame, markers, result)
     return result
@@ -96,7 +102,8 @@ def _run_rules(seeds, markers, depth: int) -> dict:
             key = ref_key(inp)
             if key is not None and key[0] in dep:
                 if ct._impl.batch_shape != x._impl.batch_shape:  # x may be shared by examples
-                    fwd = n.bdims[1] if n.bdims is not None else ()
+                    # levels no input had were made by the node (a vmap entry), not broadcast
+                    fwd = n.bdims[1][: max(n.bdims[0])] if n.bdims is not None else ()
                     ct = sum_to_batch(ct, x._impl.batch_shape, fwd, depth)
                 _accumulate(cts, key, ct)
     return result
@@ -195,16 +202,31 @@ def _out_tensors(api, f, out) -> tuple[list, Any]:
     return leaves, treedef
 
 
-def _cotangents(per_arg, grads: dict, single: bool):
+def check_readable(api: str, f, what: str, t: Tensor) -> Tensor:
+    """A transform's result never keeps a batch level that no enclosing ``nx.vmap`` owns (it
+    could never be read): a clear error at call time instead of an unreadable tensor."""
+    depth = vmap_depth()
+    if t._impl.batch_dims > depth:
+        raise NotImplementedError(
+            f"nx.{api}: {what} of {_fname(f)} came out with batch shape {t._impl.batch_shape} "
+            f"under {depth} enclosing nx.vmap call(s), so it could not be read; nablax does not "
+            f"support this composition of transforms (please report it, with the code)"
+        )
+    return t
+
+
+def _cotangents(per_arg, grads: dict, single: bool, api: str = "vjp", f=None):
     out = []
-    for treedef, nodes, leaves in per_arg:
+    for a, (treedef, nodes, leaves) in enumerate(per_arg):
         vals = []
         for node, leaf in zip(nodes, leaves):
             if node is None:
                 vals.append(None)
                 continue
             g = grads.get(node)
-            if g is None:
+            if g is not None:
+                check_readable(api, f, f"the cotangent of differentiated argument {a}", g)
+            else:
                 from ..ops.creation import zeros
 
                 shape = leaf.shape if hasattr(leaf, "shape") else ()
@@ -230,8 +252,6 @@ class _VJPFunction:
         self._depth = vmap_depth()
 
     def __call__(self, cotangent):
-        if vmap_depth() > self._depth:
-            self._check_levels()
         leaves, treedef = _tree.flatten(cotangent)
         if treedef != self._out_treedef:
             raise ValueError(
@@ -253,30 +273,7 @@ class _VJPFunction:
         markers = dict.fromkeys(n for _, nodes, _ in self._per_arg for n in nodes if n is not None)
         with gc_paused():
             grads = backward_pass(seeds, markers, self._trace, self._depth)
-        return _cotangents(self._per_arg, grads, single=False)
-
-
-def _check_levels_impl(self) -> None:
-    """``f_vjp`` called under a vmap opened after ``vjp``: fine unless ``f`` itself used vmap,
-    whose batch levels would take the same positions as the new one (levels are positional)."""
-    from ..context import CTX
-    from .jacobian import _has_inner_vmap
-
-    depth = CTX.vmap_depth
-    try:
-        CTX.vmap_depth = self._depth
-        inner = _has_inner_vmap(self._out_leaves)
-    finally:
-        CTX.vmap_depth = depth
-    if inner:
-        raise NotImplementedError(
-            f"nx.vjp: the function returned by nx.vjp({_fname(self._f)}) is being vmapped, and "
-            f"{_fname(self._f)} itself uses nx.vmap; nablax cannot tell their batch levels apart "
-            f"yet. Fix: call it in a Python loop over the cotangents (nx.jacrev does this)"
-        )
-
-
-_VJPFunction._check_levels = _check_levels_impl
+        return _cotangents(self._per_arg, grads, False, "vjp", self._f)
 
 
 def vjp(f: Callable, *primals, has_aux: bool = False):
@@ -326,7 +323,7 @@ def _value_and_grad_impl(api, f, argnums, has_aux, args, kwargs):
 
             markers = dict.fromkeys(n for _, nodes, _ in per_arg for n in nodes if n is not None)
             grads = backward_pass([(out, ones_like(out))], markers, trace, vmap_depth())
-            g = _cotangents(per_arg, grads, single)
+            g = _cotangents(per_arg, grads, single, api, f)
         finally:
             end_trace(trace)
     return (out, aux, g) if has_aux else (out, None, g)

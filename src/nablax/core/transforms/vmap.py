@@ -54,9 +54,10 @@ decr_batch_dims_p = primitive(
 )
 incr_batch_dims_p.batch = lambda params, bds, x: x
 decr_batch_dims_p.batch = lambda params, bds, x: x
-# the batch axes are not part of the logical layout: replicated (core/ops/_shard.py)
-incr_batch_dims_p.shard = lambda params, lays, ins, outs: (((),) * len(outs[0][0]),)
-decr_batch_dims_p.shard = lambda params, lays, ins, outs: (((),) * len(outs[0][0]),)
+# the batch axes are not part of the logical layout (core/ops/_shard.py): the dimension that
+# becomes one loses its axes, one that comes back is replicated; the others keep theirs
+incr_batch_dims_p.shard = lambda params, lays, ins, outs: (lays[0][1:],)
+decr_batch_dims_p.shard = lambda params, lays, ins, outs: (((),) + lays[0],)
 
 
 def _view(prim, params, t: Tensor, shape: tuple, bshape: tuple) -> Tensor:
@@ -114,27 +115,27 @@ def pad_levels(t: Tensor, n: int) -> Tensor:
 def sum_to_batch(ct: Tensor, bshape: tuple, fwd_bshape: tuple, depth: int) -> Tensor:
     """The cotangent ``ct`` of an input with batch shape ``bshape`` to a node whose forward
     output has batch shape ``fwd_bshape``, summed over the levels where the forward op broadcast
-    that input across examples: levels the output has (size > 1) and the input lacks or has as
-    size 1, from ``depth`` on (the vmaps opened inside the transform whose backward pass this
-    is). Levels below ``depth`` enclose the transform, so each example there has its own
-    gradient (``vmap(grad(f))`` is per-example, ``grad(vmap(f))`` a sum); levels only the
-    cotangent has (``vmap`` of a ``vjp`` function, as in ``jacrev``) are kept too."""
+    that input across examples, from ``depth`` on (the vmaps opened inside the transform whose
+    backward pass this is; levels below ``depth`` enclose the transform, so each example there has
+    its own gradient: ``vmap(grad(f))`` is per-example, ``grad(vmap(f))`` a sum).
+
+    Levels the output has and the input lacks are summed away, size 1 or not (a size-1 level left
+    on a gradient could never be read); levels where the input has size 1 are summed to size 1.
+    A cotangent's levels past the forward output's are cotangent-only (``vmap`` of a ``vjp``
+    function, as in ``jacrev``): they stay, right after the input's own levels."""
     from ..ops.reduce import sum as _sum
 
     cb = ct._impl.batch_shape
-    nb = len(cb)
-    summed = [
+    nb, nx, top = len(cb), len(bshape), min(len(cb), len(fwd_bshape))
+    drop = list(range(max(nx, depth), top))
+    ones = [
         k
-        for k in range(depth, min(nb, len(fwd_bshape)))
-        if fwd_bshape[k] != 1 and cb[k] != 1 and (k >= len(bshape) or bshape[k] == 1)
+        for k in range(depth, min(nx, top))
+        if bshape[k] == 1 and cb[k] != 1 and fwd_bshape[k] != 1
     ]
-    if not summed:
+    if not drop and not ones:
         return ct
-    # levels past the input's own are dropped when nothing after them is kept; otherwise they are
-    # summed to size 1 (the input then broadcasts along them)
-    drop = [k for k in summed if k >= len(bshape) and all(j in summed for j in range(k, nb))]
-    ones = [k for k in summed if k not in drop]
-    m = min(summed)
+    m = min(drop + ones)
     for _ in range(nb - m):  # levels m.. become logical axes 0.. (outermost first)
         ct = decr_batch_dims(ct)
     if ones:
@@ -151,24 +152,99 @@ def vmap_depth() -> int:
     return CTX.vmap_depth
 
 
+# ---- autodiff of the view primitives ----------------------------------------------------------
+#
+# Batch levels are positional, so the rules below keep one invariant. In the backward pass of a
+# transform opened under ``d`` vmaps (``CTX.vjp_depth``), the cotangent of a node output with
+# ``nb`` batch levels has levels ``0 .. max(nb, d) - 1`` that mean what the forward's levels mean
+# (levels below ``d`` enclose the transform: the cotangent may vary along them where the primal
+# was the same for every example), then the cotangent-only levels of vmaps opened around the
+# ``vjp`` function after it returned (``jacrev`` pulls a whole basis back at once this way). A
+# level entering or leaving the forward is inserted or removed at its own position, so the
+# cotangent-only levels always stay innermost and never meet a level of a vmap inside ``f``.
+# Tangents (forward mode) have no tangent-only levels: the ``jvp`` call encloses its vmaps.
+
+
+def _insert_level(t: Tensor, level: int) -> Tensor:
+    """``t`` with its logical axis 0 as batch level ``level``; its levels from ``level`` on move
+    one inwards (``incr_batch_dims`` when ``t`` has exactly ``level`` levels)."""
+    from ..ops.shape import moveaxis
+
+    k = t._impl.batch_dims - level
+    if k <= 0:
+        return incr_batch_dims(pad_levels(t, level))
+    for _ in range(k):  # logical: the k inner levels, then t's own axes
+        t = decr_batch_dims(t)
+    t = moveaxis(t, k, 0)
+    for _ in range(k + 1):
+        t = incr_batch_dims(t)
+    return t
+
+
+def _extract_level(t: Tensor, level: int) -> Tensor:
+    """``t``'s batch level ``level`` as logical axis 0; its later levels move one outwards (the
+    inverse of :func:`_insert_level`)."""
+    from ..ops.shape import moveaxis
+
+    t = pad_levels(t, level + 1)
+    k = t._impl.batch_dims - level - 1
+    if k == 0:
+        return decr_batch_dims(t)
+    for _ in range(k + 1):
+        t = decr_batch_dims(t)
+    t = moveaxis(t, 0, k)
+    for _ in range(k):
+        t = incr_batch_dims(t)
+    return t
+
+
+def _fit_axis0(t: Tensor, size: int) -> Tensor:
+    """A size-1 (same for every example) axis 0 broadcast to the primal's ``size``."""
+    from ..ops.shape import broadcast_to
+
+    return t if t.shape[0] == size else broadcast_to(t, (size,) + t.shape[1:])
+
+
 def _incr_jvp(params, tangents, primals, outs):
-    t = tangents[0]
-    return [None if t is None else incr_batch_dims(pad_levels(t, primals[0]._impl.batch_dims))]
+    t, x = tangents[0], primals[0]._impl
+    if t is None:
+        return [None]
+    level = x.batch_dims
+    if t._impl.batch_dims > level and x.shape[0] == 1:
+        # the forward padded a level enclosing the jvp that the primal lacked (vmap entry); the
+        # tangent already varies along it: only the padding axis goes
+        return [t.reshape(t.shape[1:])]
+    return [incr_batch_dims(pad_levels(t, level))]
 
 
 def _incr_vjp(params, cts, primals, outs):
-    ct = cts[0]
-    return [None if ct is None else decr_batch_dims(pad_levels(ct, outs[0]._impl.batch_dims))]
+    ct, x = cts[0], primals[0]._impl
+    if ct is None:
+        return [None]
+    level, size = x.batch_dims, x.shape[0]
+    ct = pad_levels(ct, level + 1)
+    c = ct._impl
+    if (
+        level < CTX.vjp_depth
+        and size == 1
+        and (c.batch_dims > level + 1 or c.batch_shape[level] > 1)
+    ):
+        # padding of a level enclosing the transform: the cotangent keeps it (it may differ per
+        # example there), the input's size-1 axis gets a size-1 cotangent axis
+        return [ct.reshape((1,) + ct.shape)]
+    return [_fit_axis0(_extract_level(ct, level), size)]
 
 
 def _decr_jvp(params, tangents, primals, outs):
-    t = tangents[0]
-    return [None if t is None else decr_batch_dims(pad_levels(t, primals[0]._impl.batch_dims))]
+    t, x = tangents[0], primals[0]._impl
+    if t is None:
+        return [None]
+    return [_fit_axis0(decr_batch_dims(pad_levels(t, x.batch_dims)), x.batch_shape[-1])]
 
 
 def _decr_vjp(params, cts, primals, outs):
     ct = cts[0]
-    return [None if ct is None else incr_batch_dims(pad_levels(ct, outs[0]._impl.batch_dims))]
+    return [None if ct is None else _insert_level(ct, outs[0]._impl.batch_dims)]
 
 
 incr_batch_dims_p.jvp, incr_batch_dims_p.vjp = _incr_jvp, _incr_vjp
