@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
+import time
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -20,6 +23,37 @@ def environment(torch_module=None) -> str:
     )
 
 
+def xla_cpu_threads() -> int | None:
+    """Size of XLA's CPU intra-op (Eigen) thread pool, counted from this process's thread names
+    (``tf_XLAEigen``, Linux only; call after JAX has run a computation). ``None`` if unknown."""
+    try:
+        names = []
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+    except OSError:
+        return None
+    n = sum(1 for name in names if "XLAEigen" in name)
+    return n or None
+
+
+def threads(torch_module=None) -> str:
+    """One line stating the thread counts each backend computes with."""
+    jax.block_until_ready(jax.numpy.ones((64, 64)) @ jax.numpy.ones((64, 64)))  # starts the pool
+    n_xla = xla_cpu_threads()
+    xla = f"{n_xla} (counted)" if n_xla else "unknown"
+    parts = [f"XLA CPU intra-op threads {xla}"]
+    if torch_module is not None:
+        parts.append(
+            f"torch intra-op threads {torch_module.get_num_threads()} "
+            f"(inter-op {torch_module.get_num_interop_threads()})"
+        )
+    flags = os.environ.get("XLA_FLAGS")
+    if flags:
+        parts.append(f"XLA_FLAGS={flags!r}")
+    return "threads: " + ", ".join(parts)
+
+
 def fmt(v: float | None) -> str:
     """A table cell: 3 significant digits, no more decimals than useful, an em dash for None."""
     if v is None:
@@ -29,3 +63,59 @@ def fmt(v: float | None) -> str:
     if v >= 1:
         return f"{v:.2f}"
     return f"{v:.3g}"
+
+
+def time_blocks(
+    peers: dict[str, tuple[Callable[[], object], Callable[[], object]]],
+    rounds: int,
+    block: int,
+    settle_s: float = 0.01,
+) -> dict[str, list[float]]:
+    """Seconds per step of each timed block, per peer.
+
+    ``peers[name] = (step, sync)``: a block is ``block`` calls of ``step()`` followed by one
+    ``sync()``, which must return only when everything the steps computed is ready (every updated
+    parameter), so asynchronous work is charged to the peer that caused it. The peers take turns,
+    one block each per round, in an order rotated every round (no peer always runs right after the
+    same one), so load from other processes hits them alike. Before each block the script sleeps
+    ``settle_s`` (untimed): thread pools that spin-wait after their last task (PyTorch's OpenMP
+    workers) go idle instead of competing with the next peer's clock.
+    """
+    names = list(peers)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            step, sync = peers[name]
+            if settle_s:
+                time.sleep(settle_s)
+            t0 = time.perf_counter()
+            for _ in range(block):
+                step()
+            sync()
+            times[name].append((time.perf_counter() - t0) / block)
+    return times
+
+
+def med_best(times: dict[str, list[float]]) -> tuple[dict[str, float], dict[str, float]]:
+    """The median and the minimum of each peer's block times."""
+    return (
+        {k: statistics.median(v) for k, v in times.items()},
+        {k: min(v) for k, v in times.items()},
+    )
+
+
+def verdict(ok: bool) -> str:
+    """``PASS`` or ``MISS``, the word every target line starts with."""
+    return "PASS" if ok else "MISS"
+
+
+def load_warning() -> str | None:
+    """A note when other processes compete for the CPU (load average above the core count)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > 0.75 * (os.cpu_count() or 1):
+        return (
+            f"load average {load:.1f} on {os.cpu_count()} cores: other processes compete for the "
+            "CPU, so medians are noisy (compare the best-of-blocks figures too)"
+        )
+    return None

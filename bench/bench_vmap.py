@@ -15,20 +15,18 @@ the parameters stay shared (``in_axes=(None, 0, 0)``), giving one gradient per e
    tuples); batch 128; the result is a pytree of per-example gradients (``W1``: (128, 784, 512)).
 3. Graph-building overhead of vmapped code: a 200-op chain of cheap elementwise ops (multiply,
    add, ``tanh``, subtract) built, never realized, on an unbatched ``(16,)`` tensor and under
-   ``nx.vmap`` on a ``(64, 16)`` tensor; microseconds per op. The vmapped call is timed with the
-   call cache off (``_config.override(call_cache=False)``), so every call batches op by op as the
-   target means; a note gives the same call replayed from the call cache. The script checks that
-   nothing realizes while timing (``nx.cache_info().realizations`` does not move).
+   ``nx.vmap`` on a ``(64, 16)`` tensor; microseconds per op. Every eager ``nx.vmap`` call runs
+   the function again and batches it op by op (nablax replays nothing implicitly). The script
+   checks that nothing realizes while timing (``nx.cache_info().realizations`` does not move).
 
 Backends for cases 1 and 2:
 
 - **nablax**: ``nx.vmap(nx.grad(loss), in_axes=(None, 0, 0))(params, x, y)``, then waiting for
   every gradient (``nx.realize`` of the whole result, then ``block_until_ready``). One call is
-  timed in full. In steady state the call cache (``core/transforms/callcache.py``) replays the
-  recorded graph; since every result was realized on its own, the call starts the cached program
-  directly (call cache dispatch). A note reports the same calls with that dispatch off (the
-  replayed graph built lazily, then realized: graph walk, structure-keyed cache hit, program),
-  timed in the same rounds.
+  timed in full: the loss runs again in Python under the vmap and grad interpreters (the
+  backward pass replayed from its plan, keyed by the forward graph's structure), then the graph is
+  realized (structure-keyed executable cache hit, one XLA program). A note also times
+  ``nx.compile`` of the same function, which traces once and replays.
 - **jax.jit(vmap(grad))**: ``jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))`` and
   ``jax.block_until_ready``.
 - **python loop**: a Python loop over the examples calling a jitted ``jax.grad`` once per
@@ -65,8 +63,6 @@ import numpy as np
 import nablax as nx
 from _common import environment  # bench/ is on sys.path when run as a script
 from _common import fmt as _fmt
-from nablax import _config as nx_config
-from nablax.core.transforms import callcache as nx_callcache
 
 try:  # PyTorch is optional and not benchmarked here; imported only to name its version
     import torch
@@ -80,7 +76,6 @@ CHAIN_ITERS = 50  # each iteration is 4 ops (multiply, add, tanh, subtract)
 CHAIN_OPS = 4 * CHAIN_ITERS
 CHAIN_FEATURES, CHAIN_BATCH = 16, 64
 COLUMNS = ("nablax", "jax.jit(vmap(grad))", "python loop")
-LAZY = "nablax, dispatch off"  # timed in the same rounds, reported in a note
 FAILURES: list[str] = []  # nablax (or other) failures: printed as they happen, exit status 1
 
 
@@ -268,12 +263,6 @@ def per_example_case(
         wait_s.append(time.perf_counter() - t1)
         return g
 
-    def run_nablax_lazy():
-        # the same calls with the call cache's direct dispatch off: the replayed graph is built
-        # and realized like any lazy graph (one structure-keyed cache hit per call)
-        with nx_config.override(call_cache_dispatch=False):
-            return nx_wait(nx_fn(p_nx, x_nx, y_nx))
-
     def run_jax():
         return jax.block_until_ready(jax_fn(p_j, x_j, y_j))
 
@@ -325,11 +314,9 @@ def per_example_case(
         nx_ok, _ = _attempt(f"nablax {label}: warm-up call", run_nablax)  # recompile after clear
         if nx_ok:
             fns["nablax"] = run_nablax
-            fns[LAZY] = run_nablax_lazy
     fns["jax.jit(vmap(grad))"] = run_jax
     fns["python loop"] = run_loop
     before = nx.cache_info()
-    calls_before = nx_callcache.info()[0]
     build_s.clear()
     wait_s.clear()
     med, low = interleaved(
@@ -352,24 +339,17 @@ def per_example_case(
             f"{best['nablax'] / best['python loop']:.2f}x loop"
         )
         res.notes.append(
-            f"{label}: nablax call split (median): the call "
-            f"{statistics.median(build_s) * 1e3:.3g} ms (argument signature and guards, then the "
-            f"program started at once (call cache dispatch) or the graph built), realizing and "
-            f"waiting {statistics.median(wait_s) * 1e3:.3g} ms; "
+            f"{label}: nablax call split (median): graph building "
+            f"{statistics.median(build_s) * 1e3:.3g} ms (the loss run under vmap and grad, the "
+            f"backward pass replayed from its plan), realizing and waiting "
+            f"{statistics.median(wait_s) * 1e3:.3g} ms; "
             f"jax.jit(vmap(grad)) call {ms[jit_col]:.3g} ms"
-        )
-        res.notes.append(
-            f"{label}: nablax with the call cache's dispatch off (NABLAX_CALL_CACHE_DISPATCH=0: "
-            f"the replayed graph is built lazily, then realized), same rounds: median "
-            f"{med[LAZY] * 1e3:.3g} ms = {med[LAZY] / med[jit_col]:.2f}x jax.jit (best "
-            f"{low[LAZY] * 1e3:.3g} ms)"
         )
         res.notes.append(
             f"{label}: nablax during steady-state timing: {after.compiles - before.compiles} "
             f"compile(s), {after.hits - before.hits} cache hit(s), "
             f"{after.realizations - before.realizations} realization(s) for "
-            f"{2 * reps['fast']} timed calls (both nablax variants); "
-            f"{nx_callcache.info()[0] - calls_before} replayed from the call cache"
+            f"{reps['fast']} timed calls"
         )
     else:
         ratio = best_ratio = "nablax FAILED"
@@ -421,14 +401,7 @@ def graph_building_case(reps: int) -> CaseResult:
     x = nx.tensor(rng.standard_normal(CHAIN_FEATURES).astype(np.float32))
     xb = nx.tensor(rng.standard_normal((CHAIN_BATCH, CHAIN_FEATURES)).astype(np.float32))
     vchain = nx.vmap(chain)
-
-    def vmapped():
-        # the op-by-op batching path: with the call cache on, repeated calls would replay the
-        # recorded graph instead of building it (reported in a note)
-        with nx_config.override(call_cache=False):
-            return vchain(xb)
-
-    fns = {"unbatched": lambda: chain(x), "vmap": vmapped, "vmap, replayed": lambda: vchain(xb)}
+    fns = {"unbatched": lambda: chain(x), "vmap": lambda: vchain(xb)}
     for name, fn in fns.items():  # warm-up; shapes checked once
         ok, out = _attempt(f"nablax graph building ({name})", fn)
         if not ok:
@@ -478,9 +451,6 @@ def graph_building_case(reps: int) -> CaseResult:
     res.notes.append(
         f"graph building: best {us_best['unbatched']:.2f} µs/op unbatched, "
         f"{us_best['vmap']:.2f} µs/op under vmap ({us_best['vmap'] / us_best['unbatched']:.2f}x); "
-        f"the same vmapped call replayed from the call cache (its default for repeated calls): "
-        f"median {us['vmap, replayed']:.2f} µs/op "
-        f"({us['vmap, replayed'] / us['unbatched']:.2f}x unbatched); "
         f"realizations while timing: {realized} "
         f"({'ok, nothing realized' if realized == 0 else 'MISS: building realized something'})"
     )
