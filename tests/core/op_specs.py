@@ -1557,6 +1557,25 @@ spec(
     ["gather"],
 )
 spec(
+    "take_along_axis_fill",
+    lambda x, i: nx.take_along_axis(x, i, axis=1),
+    lambda x, i: jnp.take_along_axis(x, i, axis=1, mode="fill"),
+    cases_of(  # out-of-range indices read the fill value (one filling gather)
+        lambda dt, r: [A(r, (3, 5), dt), np.array([[4], [7], [-2]], dtype=np.int32)],
+        lambda dt, r: [A(r, (3, 5), dt), np.array([[0, -6, 2], [1, 1, 5], [3, 4, 0]], np.int32)],
+    ),
+    SHAPE_DTYPES,
+    ["gather", "iota"],
+)
+spec(
+    "take_fill_value",
+    lambda x, i: nx.take(x, i, axis=0, fill_value=0),
+    lambda x, i: jnp.take(x, i, axis=0, mode="fill", fill_value=0),
+    cases_of(lambda dt, r: [A(r, (4, 3), dt), np.array([3, 9, -1, -5], dtype=np.int32)]),
+    SHAPE_DTYPES,
+    ["gather"],
+)
+spec(
     "getitem_bool_tensor",
     lambda x, m: x[m],
     lambda x, m: x[np.asarray(m)],

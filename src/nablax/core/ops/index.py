@@ -92,10 +92,42 @@ def _gather_aval(params, x, *idx):
 
 
 def _gather_lower(params, x, *idx):
-    return x[_rebuild(params[0], idx)]
+    if len(params) == 1:  # ``x[idx]``: out-of-range reads clamp (JAX indexing)
+        return x[_rebuild(params[0], idx)]
+    # ``(structure, fill)``: out-of-range reads give the fill value (see :func:`fill_code`)
+    return x.at[_rebuild(params[0], idx)].get(mode="fill", fill_value=fill_value(params[1]))
 
 
-gather_p = primitive("gather", _gather_aval, _gather_lower)
+gather_p = primitive(
+    "gather",
+    _gather_aval,
+    _gather_lower,
+    doc="x[index] (params: (structure,)); with (structure, fill), out-of-range reads give fill.",
+)
+
+
+def fill_code(v):
+    """A fill value as a gather parameter: ``None`` (JAX's default fill: NaN, the most negative
+    int, the largest unsigned, True) or a hashable exact code (floats by their hex form, so
+    ``-0.0`` and ``0.0`` are different programs and NaN equals NaN)."""
+    if v is None:
+        return None
+    if isinstance(v, float):
+        return ("f", v.hex())
+    if isinstance(v, complex):
+        return ("c", v.real.hex(), v.imag.hex())
+    return ("x", v)
+
+
+def fill_value(code):
+    """The Python value of :func:`fill_code`'s ``code``."""
+    if code is None:
+        return None
+    if code[0] == "f":
+        return float.fromhex(code[1])
+    if code[0] == "c":
+        return complex(float.fromhex(code[1]), float.fromhex(code[2]))
+    return code[1]
 
 
 def _scatter_aval(params, x, v, *idx):
@@ -354,6 +386,19 @@ def _in_range(idx, n: int, mode: str, wrap_negative: bool):
     return idx, (logical_and(idx >= -n, idx < n) if signed else idx < n)
 
 
+def _gather_filled(op: str, t: Tensor, index: tuple, fill) -> Tensor:
+    """``t[index]`` where index tensors out of range (after wrapping negative ones once) read
+    ``fill`` (``None``: JAX's default fill, see :func:`_filled`): one ``gather`` node."""
+    if fill is not None:
+        fill = exact_scalar(fill, t.dtype, op)
+        if t.dtype == dtypes.bool_:
+            fill = bool(fill)
+        elif dtypes.is_inexact(t.dtype) and fill != fill:
+            fill = None  # NaN: the default fill of inexact dtypes
+    structure, tensors, _ = _parse(t._impl, index)
+    return Tensor._wrap(bind(gather_p, [t._impl, *tensors], (structure, fill_code(fill)))[0])
+
+
 def _filled(op: str, out: Tensor, valid, fill_value) -> Tensor:
     """``out`` where ``valid`` (broadcast), else the fill value (JAX's defaults: NaN for inexact
     dtypes, the most negative value for signed ints, the largest for unsigned, True for bool)."""
@@ -408,8 +453,11 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
         from .creation import zeros
 
         return zeros(t.shape[:ax] + tuple(idx.shape) + t.shape[ax + 1 :], t.dtype)
+    index = (slice(None),) * ax
+    if m == "fill" and isinstance(idx, Tensor):  # one gather that fills (as JAX's)
+        return _gather_filled("take", t, index + (idx,), fill_value)
     safe, valid = _in_range(idx, n, m, wrap_negative=False)
-    out = getitem(t, (slice(None),) * ax + (safe,))
+    out = getitem(t, index + (safe,))
     if valid is not None:
         valid = reshape(valid, (1,) * ax + tuple(np.shape(valid)) + (1,) * (t.ndim - ax - 1))
     return _filled("take", out, valid, fill_value)
@@ -461,7 +509,8 @@ def take_along_axis(
     n = t.shape[ax]
     if n == 0:
         return zeros(out_shape, t.dtype)
-    safe, valid = _in_range(idx, n, m, wrap_negative=True)
+    filled = m == "fill" and isinstance(idx, Tensor)  # one gather that fills (as JAX's)
+    safe, valid = (idx, None) if filled else _in_range(idx, n, m, wrap_negative=True)
     index = []
     for d in range(t.ndim):
         if d == ax:
@@ -470,6 +519,8 @@ def take_along_axis(
             grid = [1] * t.ndim
             grid[d] = t.shape[d]
             index.append(iota(dtypes.int32, tuple(grid), d))
+    if filled:
+        return _gather_filled(op, t, tuple(index), fill_value)
     return _filled(op, getitem(t, tuple(index)), valid, fill_value)
 
 

@@ -8,15 +8,16 @@ import numpy as np
 from .. import dtypes
 from ..tensor import Tensor, bind
 from ._rules import cast_like, is_float_tensor
-from .index import _T, _gather_shape, gather_p, scatter_p
+from .index import _T, _gather_shape, fill_code, gather_p, scatter_p
 
 # ---- derivative rules ------------------------------------------------------------------------
 # gather and scatter are linear in the gathered tensor / the updated tensor and the updates; their
 # rules are gathers and scatters with the same index structure and the same index tensors.
 
 
-def _gather(x: Tensor, structure, idx) -> Tensor:
-    return Tensor._wrap(bind(gather_p, [x._impl, *(i._impl for i in idx)], (structure,))[0])
+def _gather(x: Tensor, structure, idx, params=None) -> Tensor:
+    params = (structure,) if params is None else params
+    return Tensor._wrap(bind(gather_p, [x._impl, *(i._impl for i in idx)], params)[0])
 
 
 def _scatter(x: Tensor, v: Tensor, structure, idx, mode: str) -> Tensor:
@@ -34,7 +35,9 @@ def _gather_jvp(params, tangents, primals, outs):
     t = tangents[0]
     if t is None or not is_float_tensor(outs[0]):
         return [None]
-    return [_gather(cast_like(t, outs[0]), params[0], primals[1:])]
+    # a filling gather's tangent is 0 where it filled (the fill value is a constant)
+    tp = params if len(params) == 1 else (params[0], fill_code(0))
+    return [_gather(cast_like(t, outs[0]), params[0], primals[1:], tp)]
 
 
 def _gather_vjp(params, cts, primals, outs):
