@@ -1067,17 +1067,23 @@ spec(
 
 
 def _ref_chunk(x, chunks, axis=0):
+    # numpy.array_split into min(chunks, n) parts (never an empty part)
     n = x.shape[axis]
-    size = -(-n // chunks) if n else 0
-    idx = list(range(size, n, size)) if size else []
-    return _ref_split(x, idx, axis)
+    return list(jnp.array_split(x, max(1, min(chunks, n)), axis=axis))
 
 
 spec(
     "chunk",
     nx.chunk,
     _ref_chunk,
-    cases_of(_xa((5,), 3), _xa((6, 2), 4), (_xa((2, 6), 3), {"axis": 1}), _xa((4,), 1)),
+    cases_of(
+        _xa((5,), 3),
+        _xa((6, 2), 4),
+        (_xa((2, 6), 3), {"axis": 1}),
+        _xa((4,), 1),
+        _xa((10, 2), 3),
+        _xa((2, 3), 5),
+    ),
     SHAPE_DTYPES,
     ["split"],
 )

@@ -367,16 +367,36 @@ def _split(x, indices_or_sections, axis: int, op: str) -> list[Tensor]:
 
 
 def chunk(x, chunks: int, axis: int = 0) -> list[Tensor]:
-    """Split into ``chunks`` nearly equal parts (PyTorch ``chunk``: the last may be smaller)."""
+    """Split into ``min(chunks, n)`` parts along ``axis`` (``n`` its size) whose sizes differ by at
+    most one, the larger ones first, as ``numpy.array_split`` (and Nabla's ``chunk``); unlike
+    ``array_split`` no part is ever empty (as ``torch.chunk``).
+
+    >>> import nablax as nx
+    >>> [c.shape for c in nx.chunk(nx.zeros((10, 2)), 3)]
+    [(4, 2), (3, 2), (3, 2)]
+    >>> len(nx.chunk(nx.zeros(2), 5))
+    2
+    """
     xi = _impl(x, "chunk")
     ax = norm_axis("chunk", axis, xi.shape)
     n = xi.shape[ax]
     (chunks,) = _ints("chunk", "chunks", chunks)
     if chunks <= 0:
         raise op_error(ValueError, "chunk", f"chunks must be positive, got {chunks}")
-    size = -(-n // chunks) if n else 0
-    idx = list(range(size, n, size)) if size else []
-    return _split(Tensor._wrap(xi), idx, ax, "chunk")
+    return _split(Tensor._wrap(xi), chunk_bounds(n, chunks), ax, "chunk")
+
+
+def chunk_bounds(n: int, chunks: int) -> list[int]:
+    """Split points of :func:`chunk`: ``min(chunks, n)`` parts, sizes differing by at most one."""
+    k = min(chunks, n)
+    if k <= 1:
+        return []
+    base, extra = divmod(n, k)
+    bounds, at = [], 0
+    for i in range(k - 1):
+        at += base + (i < extra)
+        bounds.append(at)
+    return bounds
 
 
 def pad(x, pad_width, mode: str = "constant", constant_values=0) -> Tensor:
