@@ -64,12 +64,6 @@ _register(
     "Record the backward pass of each forward-graph structure once and replay it on later calls "
     "(see nablax/core/transforms/plan.py); turn off to run every vjp rule on every call.",
 )
-_register(
-    "debug_checks",
-    False,
-    _parse_bool,
-    "Run extra internal consistency checks (slower); useful when developing nablax itself.",
-)
 
 
 def _parse_stamp(s: str) -> str:
