@@ -40,8 +40,12 @@ from nablax.errors import ConcretizationError
 
 try:
     from . import soundness_cases as sc
+    from . import soundness_effects, soundness_objects, soundness_values  # noqa: F401 (cases)
 except ImportError:  # tests/ is not a package: pytest put this directory on sys.path
     import soundness_cases as sc
+    import soundness_effects  # noqa: F401 - importing registers the cases
+    import soundness_objects  # noqa: F401
+    import soundness_values  # noqa: F401
 
 RTOL = ATOL = 2e-5
 W_A, W_B = sc.W_A, sc.W_B
