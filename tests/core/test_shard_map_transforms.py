@@ -361,6 +361,9 @@ EAGER_OPS = {
     "matmul": lambda x: x @ nx.tensor(W),
     "reduction": lambda x: x.sum(axis=1),
     "reshape": lambda x: x.reshape(8, 4, 4),
+    "reshape_merge": lambda x: x.reshape(-1),
+    "reshape_unit_dims": lambda x: x.reshape(1, 8, 1, 16),
+    "unbind": lambda x: nx.unbind(x, axis=1)[2],
     "transpose": lambda x: x.T,
 }
 

@@ -69,13 +69,33 @@ def unchanged_dims(params, in_layouts, in_avals, out_avals):
 
 
 def reshape(params, in_layouts, in_avals, out_avals):
-    """Leading dimensions that a reshape leaves alone keep their axes."""
+    """Dimensions are matched in groups whose sizes multiply to the same number (size-1
+    dimensions aside): a group's leading input dimension passes its axes to the group's leading
+    output dimension (kept, merged into a larger one, or split into a leading factor: contiguous
+    blocks either way), unless a later dimension of the input group is split too (replicated)."""
     (in_shape, _), (out_shape, _) = in_avals[0], out_avals[0]
+    lay = in_layouts[0]
     out = [()] * len(out_shape)
-    for d, (i, o) in enumerate(zip(in_shape, out_shape)):
-        if i != o:
-            break
-        out[d] = in_layouts[0][d]
+    ins = [d for d, n in enumerate(in_shape) if n != 1]
+    outs = [d for d, n in enumerate(out_shape) if n != 1]
+    i = o = 0
+    while i < len(ins) and o < len(outs):
+        gi, go = [ins[i]], [outs[o]]
+        pi, po = in_shape[ins[i]], out_shape[outs[o]]
+        i, o = i + 1, o + 1
+        while pi != po:
+            if pi < po and i < len(ins):
+                gi.append(ins[i])
+                pi *= in_shape[ins[i]]
+                i += 1
+            elif po < pi and o < len(outs):
+                go.append(outs[o])
+                po *= out_shape[outs[o]]
+                o += 1
+            else:
+                return (tuple(out),)  # sizes that do not line up (symbolic): nothing is kept
+        if all(not lay[d] for d in gi[1:]):
+            out[go[0]] = lay[gi[0]]
     return (tuple(out),)
 
 
