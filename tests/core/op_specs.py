@@ -129,6 +129,7 @@ def A(rng, shape, dt, kind="normal") -> np.ndarray:
     if dt == I32:
         lo, hi = {
             "pos": (1, 6),
+            "gt1": (1, 6),
             "expo": (0, 4),
             "nonzero": (1, 6),
             "small": (-3, 4),
@@ -140,6 +141,8 @@ def A(rng, shape, dt, kind="normal") -> np.ndarray:
         return v.astype(np.int32)
     if kind == "pos":
         v = rng.uniform(0.1, 3.0, shape)
+    elif kind == "gt1":  # arccosh's domain
+        v = rng.uniform(1.1, 4.0, shape)
     elif kind == "unit":
         v = rng.uniform(-0.9, 0.9, shape)
     elif kind == "small":
@@ -275,6 +278,16 @@ _FLOAT_UNARY = {
     "cos": (jnp.cos, "normal", NUMERIC),
     "tan": (jnp.tan, "unit", NUMERIC),
     "tanh": (jnp.tanh, "normal", NUMERIC),
+    "arcsin": (jnp.arcsin, "unit", NUMERIC),
+    "arccos": (jnp.arccos, "unit", NUMERIC),
+    "arctan": (jnp.arctan, "normal", NUMERIC),
+    "sinh": (jnp.sinh, "small", NUMERIC),
+    "cosh": (jnp.cosh, "small", NUMERIC),
+    "arcsinh": (jnp.arcsinh, "normal", NUMERIC),
+    "arccosh": (jnp.arccosh, "gt1", NUMERIC),
+    "arctanh": (jnp.arctanh, "unit", NUMERIC),
+    "log2": (jnp.log2, "pos", NUMERIC),
+    "log10": (jnp.log10, "pos", NUMERIC),
     "sigmoid": (lambda x: jax.nn.sigmoid(_floating(x)), "normal", NUMERIC),
     "erf": (jax.scipy.special.erf, "normal", NUMERIC),
     "negative": (jnp.negative, "normal", NUMERIC),
@@ -293,6 +306,16 @@ _NP_UNARY = {
     "sqrt": np.sqrt,
     "sin": np.sin,
     "tanh": np.tanh,
+    "arcsin": np.arcsin,
+    "arccos": np.arccos,
+    "arctan": np.arctan,
+    "sinh": np.sinh,
+    "cosh": np.cosh,
+    "arcsinh": np.arcsinh,
+    "arccosh": np.arccosh,
+    "arctanh": np.arctanh,
+    "log2": np.log2,
+    "log10": np.log10,
     "negative": np.negative,
     "abs": np.abs,
     "sign": np.sign,
@@ -300,8 +323,55 @@ _NP_UNARY = {
     "isnan": np.isnan,
     "invert": np.invert,
 }
+_EDGES = {
+    # name: boundary inputs (float dtypes), where values and derivatives are inf/nan or the
+    # derivative is finite at a nan value: nablax must give JAX's results there too
+    "arcsin": [-1.0, -0.5, 0.0, 1.0, 1.5],
+    "arccos": [-1.0, -0.5, 0.0, 1.0, 1.5],
+    "arctan": [-np.inf, 0.0, 1e20, np.inf, np.nan],
+    "sinh": [-100.0, -1.0, 0.0, 100.0],
+    "cosh": [-100.0, -1.0, 0.0, 100.0],
+    "arcsinh": [-np.inf, -1.0, 0.0, 1e20, np.inf],
+    "arccosh": [-2.0, 0.5, 1.0, 1.5, np.inf],
+    "arctanh": [-1.0, -0.5, 0.0, 1.0, 2.0],
+    "log2": [-1.0, 0.0, 0.5, 8.0, np.inf],
+    "log10": [-1.0, 0.0, 0.5, 100.0, np.inf],
+    "exp2": [-np.inf, -200.0, 0.0, 3.0, 200.0, np.inf],
+    "reciprocal": [-2.0, -0.0, 0.0, 0.5, np.inf],
+    "trunc": [-2.5, -1.0, -0.5, 0.0, 0.5, 2.5, np.inf, np.nan],
+}
+
+
+def unary_edges(name, kind):
+    """``unary(kind)`` with the op's boundary points second (so that the derivative and vmap
+    tests, which take the first cases of a spec, include them)."""
+    base = unary(kind)
+
+    def gen(dt, rng):
+        cases = base(dt, rng)
+        if dt in FLOATS:
+            with np.errstate(over="ignore"):  # 1e20 is inf in float16: an edge there too
+                e = np.array(_EDGES[name], np.float32).astype(dt)
+            cases.insert(1, Case((e,), label="edges"))
+        return cases
+
+    return gen
+
+
 for _n, (_ref, _kind, _dts) in _FLOAT_UNARY.items():
-    spec(_n, getattr(nx, _n), _ref, unary(_kind), _dts, [_n], np_ref=_NP_UNARY.get(_n))
+    _gen = unary_edges(_n, _kind) if _n in _EDGES else unary(_kind)
+    spec(_n, getattr(nx, _n), _ref, _gen, _dts, [_n], np_ref=_NP_UNARY.get(_n))
+# Nabla's and PyTorch's spellings: the same functions
+for _alias, _n in [
+    ("asin", "arcsin"),
+    ("acos", "arccos"),
+    ("atan", "arctan"),
+    ("asinh", "arcsinh"),
+    ("acosh", "arccosh"),
+    ("atanh", "arctanh"),
+]:
+    _ref, _kind, _ = _FLOAT_UNARY[_n]
+    spec(_alias, getattr(nx, _alias), _ref, unary(_kind, shapes=((3, 4),)), F32_ONLY, [_n])
 
 spec(
     "round",
@@ -317,6 +387,33 @@ spec(
     np_ref=np.round,
 )
 spec("square", nx.square, jnp.square, unary("normal"), NUMERIC, ["multiply"], np_ref=np.square)
+spec(
+    "trunc",
+    nx.trunc,
+    jnp.trunc,
+    unary_edges("trunc", "small"),
+    ALL,  # integer and bool tensors come back unchanged
+    ["less", "ceil", "floor", "select"],
+    np_ref=np.trunc,
+)
+spec(
+    "exp2",
+    nx.exp2,
+    jnp.exp2,
+    unary_edges("exp2", "small"),
+    ALL,
+    ["multiply", "exp"],
+    np_ref=lambda x: np.exp2(x.astype(np.float32)),  # NumPy: float16 for bools
+)
+spec(
+    "reciprocal",
+    nx.reciprocal,
+    jnp.reciprocal,
+    unary_edges("reciprocal", "nonzero"),
+    ALL,
+    ["divide"],
+    np_ref=lambda x: 1 / x.astype(np.float32),  # as jnp: ints become float (NumPy truncates)
+)
 spec(
     "stop_gradient",
     nx.stop_gradient,
@@ -1515,6 +1612,38 @@ _METHODS = [
     ("sign", lambda x: x.sign(), lambda x: jnp.sign(x), NUMERIC, ["sign"]),
     ("floor", lambda x: x.floor(), lambda x: jnp.floor(x), FLOATS, ["floor"]),
 ]
+_EW_METHODS = {
+    # method: (jnp function, input transform into its domain, primitive), NumPy's and Nabla's names
+    "arcsin": (jnp.arcsin, lambda x: x / 4, "arcsin"),
+    "asin": (jnp.arcsin, lambda x: x / 4, "arcsin"),
+    "arccos": (jnp.arccos, lambda x: x / 4, "arccos"),
+    "acos": (jnp.arccos, lambda x: x / 4, "arccos"),
+    "arctan": (jnp.arctan, lambda x: x, "arctan"),
+    "atan": (jnp.arctan, lambda x: x, "arctan"),
+    "sinh": (jnp.sinh, lambda x: x, "sinh"),
+    "cosh": (jnp.cosh, lambda x: x, "cosh"),
+    "arcsinh": (jnp.arcsinh, lambda x: x, "arcsinh"),
+    "asinh": (jnp.arcsinh, lambda x: x, "arcsinh"),
+    "arccosh": (jnp.arccosh, lambda x: x * x + 1.5, "arccosh"),
+    "acosh": (jnp.arccosh, lambda x: x * x + 1.5, "arccosh"),
+    "arctanh": (jnp.arctanh, lambda x: x / 4, "arctanh"),
+    "atanh": (jnp.arctanh, lambda x: x / 4, "arctanh"),
+    "trunc": (jnp.trunc, lambda x: x, "select"),
+    "log2": (jnp.log2, abs, "log2"),
+    "log10": (jnp.log10, abs, "log10"),
+    "exp2": (jnp.exp2, lambda x: x, "exp"),
+    "reciprocal": (jnp.reciprocal, lambda x: x, "divide"),
+}
+for _n, (_jf, _pre, _prim) in _EW_METHODS.items():
+    _METHODS.append(
+        (
+            _n,
+            lambda x, n=_n, pre=_pre: getattr(pre(x), n)(),
+            lambda x, jf=_jf, pre=_pre: jf(pre(x)),
+            FLOATS,
+            [_prim],
+        )
+    )
 for _n, _f, _r, _dts, _prims in _METHODS:
     # methods dispatch to the functions tested above: one dtype each is enough
     spec(f"method.{_n}", _f, _r or _f, cases_of(_x((3, 4), "small")), _dts[:1], _prims)

@@ -4,10 +4,20 @@ Elementwise primitives broadcast implicitly (NumPy rules) and carry the dtype th
 their only parameter, so mixed-dtype inputs and weakly typed Python scalars need no extra nodes.
 Building these ops is the hot path of eager code, so :func:`_binary` is written for speed: one
 ``Node``, one ``TensorImpl`` and one ``Tensor`` per op, with cached dtype and shape decisions.
+
+Functions take NumPy's names; ``asin acos atan asinh acosh atanh`` (Nabla's and PyTorch's
+spellings) are the same functions as ``arcsin`` & co. Values are bit for bit ``jax.numpy``'s:
+
+>>> import nablax as nx
+>>> nx.arcsin(nx.tensor([0.0, 1.0])).tolist(), nx.asin is nx.arcsin
+([0.0, 1.5707963705062866], True)
+>>> nx.cosh(nx.tensor(0.0)).item(), nx.tensor([2.0, 4.0]).reciprocal().tolist()
+(1.0, [0.5, 0.25])
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import jax.numpy as jnp
@@ -23,61 +33,13 @@ from ..graph import Const, Node, deeper
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, batch_info, to_impl
 from ._util import broadcast_shapes
+from .elementwise_table import BINARY, KINDS, UNARY
 
 _wref = weakref.ref
 _SCALARS = {bool, int, float, complex}
 _cfg_get = _config.get
 _new_tensor = object.__new__
 
-# ---- dtype policies --------------------------------------------------------------------------
-# kind -> (computation dtype, output dtype) given the promoted input dtype.
-
-
-def _kind_arith(op, d):
-    if d == bool_ and op in ("subtract", "power", "negative", "floor_divide", "mod", "sign"):
-        raise op_error(
-            DTypeError, op, "not supported for bool tensors", "cast with .astype(nx.int32)"
-        )
-    return d, d
-
-
-def _kind_float(op, d):
-    f = dtypes.to_float(d)
-    return f, f
-
-
-def _kind_compare(op, d):
-    return d, bool_
-
-
-def _kind_bitwise(op, d):
-    if not (d == bool_ or dtypes.is_integer(d)):
-        raise op_error(
-            DTypeError, op, f"needs integer or bool tensors, got {d}", "use logical_* for masks"
-        )
-    return d, d
-
-
-def _kind_predicate(op, d):
-    return d, bool_
-
-
-def _kind_real(op, d):
-    if dtypes.is_complex(d):
-        raise op_error(DTypeError, op, f"not defined for complex dtype {d}")
-    if d == bool_ and op == "round":
-        raise op_error(DTypeError, op, "not defined for bool tensors", "cast with .astype(...)")
-    return d, d
-
-
-_KINDS = {
-    "arith": _kind_arith,
-    "float": _kind_float,
-    "compare": _kind_compare,
-    "bitwise": _kind_bitwise,
-    "predicate": _kind_predicate,
-    "real": _kind_real,
-}
 _kind_cache: dict[tuple, tuple] = {}
 
 
@@ -85,7 +47,7 @@ def _resolve(op: str, kind: str, d) -> tuple:
     try:
         return _kind_cache[(op, d)]
     except KeyError:
-        r = _KINDS[kind](op, d)
+        r = KINDS[kind](op, d)
         r = ((r[0],), r[1])  # params tuple, output dtype
         _kind_cache[(op, d)] = r
         return r
@@ -112,54 +74,6 @@ def _cast_lower(fn):
 
     return lower
 
-
-UNARY = {
-    # name: (kind, jax function)
-    "negative": ("arith", jnp.negative),
-    "abs": ("real", jnp.abs),
-    "sign": ("arith", jnp.sign),
-    "exp": ("float", jnp.exp),
-    "log": ("float", jnp.log),
-    "log1p": ("float", jnp.log1p),
-    "expm1": ("float", jnp.expm1),
-    "sqrt": ("float", jnp.sqrt),
-    "rsqrt": ("float", lax.rsqrt),
-    "sin": ("float", jnp.sin),
-    "cos": ("float", jnp.cos),
-    "tan": ("float", jnp.tan),
-    "tanh": ("float", jnp.tanh),
-    "sigmoid": ("float", lax.logistic),
-    "erf": ("float", lax.erf),
-    "floor": ("real", jnp.floor),
-    "ceil": ("real", jnp.ceil),
-    "round": ("real", jnp.round),
-    "isnan": ("predicate", jnp.isnan),
-    "isinf": ("predicate", jnp.isinf),
-    "isfinite": ("predicate", jnp.isfinite),
-    "invert": ("bitwise", jnp.invert),
-}
-
-BINARY = {
-    "add": ("arith", jnp.add),
-    "subtract": ("arith", jnp.subtract),
-    "multiply": ("arith", jnp.multiply),
-    "divide": ("float", jnp.true_divide),
-    "floor_divide": ("arith", jnp.floor_divide),
-    "mod": ("arith", jnp.remainder),
-    "power": ("arith", jnp.power),
-    "maximum": ("arith", jnp.maximum),
-    "minimum": ("arith", jnp.minimum),
-    "arctan2": ("float", jnp.arctan2),
-    "equal": ("compare", jnp.equal),
-    "not_equal": ("compare", jnp.not_equal),
-    "less": ("compare", jnp.less),
-    "less_equal": ("compare", jnp.less_equal),
-    "greater": ("compare", jnp.greater),
-    "greater_equal": ("compare", jnp.greater_equal),
-    "bitwise_and": ("bitwise", jnp.bitwise_and),
-    "bitwise_or": ("bitwise", jnp.bitwise_or),
-    "bitwise_xor": ("bitwise", jnp.bitwise_xor),
-}
 
 PRIMS = {}
 for _name, (_kind, _fn) in {**UNARY, **BINARY}.items():
@@ -392,6 +306,8 @@ sign = _fns["sign"]
 exp = _fns["exp"]
 log = _fns["log"]
 log1p = _fns["log1p"]
+log2 = _fns["log2"]
+log10 = _fns["log10"]
 expm1 = _fns["expm1"]
 sqrt = _fns["sqrt"]
 rsqrt = _fns["rsqrt"]
@@ -399,6 +315,14 @@ sin = _fns["sin"]
 cos = _fns["cos"]
 tan = _fns["tan"]
 tanh = _fns["tanh"]
+arcsin = _fns["arcsin"]
+arccos = _fns["arccos"]
+arctan = _fns["arctan"]
+sinh = _fns["sinh"]
+cosh = _fns["cosh"]
+arcsinh = _fns["arcsinh"]
+arccosh = _fns["arccosh"]
+arctanh = _fns["arctanh"]
 sigmoid = _fns["sigmoid"]
 erf = _fns["erf"]
 floor = _fns["floor"]
@@ -428,6 +352,8 @@ bitwise_or = _fns["bitwise_or"]
 bitwise_xor = _fns["bitwise_xor"]
 true_divide = divide
 remainder = mod
+# Nabla's and PyTorch's spellings: the same function objects
+asin, acos, atan, asinh, acosh, atanh = arcsin, arccos, arctan, arcsinh, arccosh, arctanh
 
 
 def round(x, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy name
@@ -441,6 +367,52 @@ def round(x, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy name
 def square(x) -> Tensor:
     """``x * x``."""
     return multiply(x, x)
+
+
+# Composites: jnp computes these with the same operations (the same bits in every dtype, complex
+# included), so they need no primitive of their own and every transform comes for free. (log2 and
+# log10 are primitives: as composites, complex zeros and infinities gave nan parts.)
+_LN2 = math.log(2)  # the constant XLA's exp2 multiplies by, rounded to the input's dtype
+
+
+def _tensor(x, op: str) -> Tensor:
+    return x if type(x) is Tensor else Tensor._wrap(_operand(x, op))
+
+
+def exp2(x) -> Tensor:
+    """``2 ** x``, as ``jax.numpy.exp2`` (which XLA computes as ``exp(x * log(2))``, as here).
+
+    >>> import nablax as nx
+    >>> nx.exp2(nx.tensor([-1, 0, 3])).tolist()
+    [0.5, 1.0, 8.0]
+    """
+    return exp(multiply(_tensor(x, "exp2"), _LN2))
+
+
+def reciprocal(x) -> Tensor:
+    """``1 / x``, as ``jax.numpy.reciprocal`` and ``torch.reciprocal``: ints and bools give float32
+    (``numpy.reciprocal`` keeps integers), ``1 / 0`` is inf.
+
+    >>> import nablax as nx
+    >>> nx.reciprocal(nx.tensor([2, 0])).tolist()
+    [0.5, inf]
+    """
+    return divide(1.0, _tensor(x, "reciprocal"))
+
+
+def trunc(x) -> Tensor:
+    """Round towards zero, as ``jax.numpy.trunc``; integer and bool tensors come back unchanged.
+
+    >>> import nablax as nx
+    >>> nx.trunc(nx.tensor([-1.7, 2.5])).tolist()
+    [-1.0, 2.0]
+    """
+    t = _tensor(x, "trunc")
+    if dtypes.is_complex(t.dtype):
+        raise op_error(DTypeError, "trunc", f"not defined for complex dtype {t.dtype}")
+    if not dtypes.is_inexact(t.dtype):
+        return t
+    return where(less(t, 0), ceil(t), floor(t))
 
 
 def astype(x, dtype) -> Tensor:
@@ -531,6 +503,14 @@ _stop_gradient = primitive(
 )
 
 
+# Tensor methods named as the functions (PyTorch's tensors have all of these)
+_METHODS = (
+    "exp log log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid erf floor ceil sign isnan isinf "
+    "isfinite arcsin arccos arctan sinh cosh arcsinh arccosh arctanh asin acos atan asinh acosh "
+    "atanh trunc log2 log10 exp2 reciprocal"
+).split()
+
+
 def _install_methods() -> None:
     T = Tensor
     T.__add__ = add
@@ -563,27 +543,9 @@ def _install_methods() -> None:
     T.__le__ = less_equal
     T.__gt__ = greater
     T.__ge__ = greater_equal
-    for n in (
-        "exp",
-        "log",
-        "log1p",
-        "expm1",
-        "sqrt",
-        "rsqrt",
-        "sin",
-        "cos",
-        "tan",
-        "tanh",
-        "sigmoid",
-        "erf",
-        "floor",
-        "ceil",
-        "sign",
-        "isnan",
-        "isinf",
-        "isfinite",
-    ):
-        setattr(T, n, _fns[n])
+    g = globals()
+    for n in _METHODS:
+        setattr(T, n, g[n])
     T.abs = abs
     T.round = round
     T.square = square

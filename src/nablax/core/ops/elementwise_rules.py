@@ -16,6 +16,7 @@ from .elementwise import (
     astype,
     convert,
     cos,
+    cosh,
     divide,
     dtypes,
     equal,
@@ -25,8 +26,10 @@ from .elementwise import (
     log,
     negative,
     power,
+    rsqrt,
     select,
     sin,
+    sinh,
     where,
 )
 
@@ -39,12 +42,15 @@ def _unary_partials():
     import math
 
     two_over_sqrt_pi = 2 / math.sqrt(math.pi)
+    ln2, inv_ln10 = math.log(2), 1 / math.log(10)
     return {
         "negative": lambda x, y: -1.0,
         "abs": lambda x, y: where(greater_equal(x, 0), 1.0, -1.0),  # JAX: 1 at 0
         "exp": lambda x, y: y,
         "log": lambda x, y: 1.0 / x,
         "log1p": lambda x, y: 1.0 / (x + 1.0),
+        "log2": lambda x, y: 1.0 / x / ln2,
+        "log10": lambda x, y: 1.0 / x * inv_ln10,
         "expm1": lambda x, y: y + 1.0,
         "sqrt": lambda x, y: 0.5 / y,
         "rsqrt": lambda x, y: -0.5 * y / x,
@@ -54,6 +60,16 @@ def _unary_partials():
         "tanh": lambda x, y: 1.0 - y * y,
         "sigmoid": lambda x, y: y * (1.0 - y),
         "erf": lambda x, y: two_over_sqrt_pi * exp(-(x * x)),
+        # JAX's formulas (lax.py), so that boundary points give JAX's inf/nan: e.g. arcsin at
+        # +-1 and arccosh at 1 give inf; arccosh below -1 has a finite slope (nan value)
+        "arcsin": lambda x, y: rsqrt(1.0 - x * x),
+        "arccos": lambda x, y: -rsqrt(1.0 - x * x),
+        "arctan": lambda x, y: 1.0 / (1.0 + x * x),
+        "sinh": lambda x, y: cosh(x),
+        "cosh": lambda x, y: sinh(x),
+        "arcsinh": lambda x, y: rsqrt(x * x + 1.0),
+        "arccosh": lambda x, y: rsqrt(x * x - 1.0),
+        "arctanh": lambda x, y: 1.0 / (1.0 + x) / (1.0 - x),
     }
 
 
