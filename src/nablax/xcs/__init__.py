@@ -13,7 +13,8 @@ concurrent executor for orchestration, both for hybrids.
 
 Module map: ``markers.py`` (mark_*), ``analysis.py`` (classify), ``runtime.py``
 (is_tensor_value), ``futures.py`` (pending values), ``rewrite.py`` (call interception for jit),
-``engine.py`` (the jit scheduler and its plan), ``transforms.py`` (jit, vmap, pmap, grad),
+``engine.py`` (the jit scheduler and its plan), ``jit.py`` (jit), ``scheduler.py`` (thread pools,
+running items), ``transforms.py`` (vmap, pmap, grad),
 ``loopback.py`` (a local OpenAI-compatible server for tests, demos and benchmarks).
 
 >>> from nablax import xcs
@@ -24,9 +25,10 @@ Module map: ``markers.py`` (mark_*), ``analysis.py`` (classify), ``runtime.py``
 
 from ..errors import XCSError
 from .analysis import Classification, OperationSummary, analyze_operations, classify
+from .jit import jit
 from .markers import mark_hybrid, mark_orchestration, mark_pytree_safe, mark_tensor
 from .runtime import has_tensor_values, is_tensor_value
-from .transforms import grad, jit, pmap, vmap
+from .transforms import grad, pmap, vmap
 
 __all__ = [
     "Classification",

@@ -1,10 +1,10 @@
-"""``xcs.jit``, ``xcs.vmap``, ``xcs.pmap`` and ``xcs.grad``: each routes a function by its
+"""``xcs.vmap``, ``xcs.pmap`` and ``xcs.grad`` (``xcs.jit`` is in ``jit.py``): each routes a function by its
 classification and its actual arguments to the engine that suits it.
 
 - tensor code on tensor values goes to nablax (``nx.vmap`` / ``nx.grad``) or JAX (``jax.vmap`` /
   ``jax.grad`` / ``jax.pmap``) when it is JAX-traceable;
-- everything else runs concurrently: ``vmap`` maps items over a thread pool sized for I/O, ``jit``
-  runs the function with its orchestration calls as futures (``engine.py``).
+- everything else runs concurrently: ``vmap`` maps items over a thread pool sized for I/O
+  (``scheduler.py``).
 
 >>> from nablax import xcs
 >>> @xcs.mark_orchestration
@@ -20,129 +20,15 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..errors import XCSError
-from . import engine as _engine
 from .analysis import classify
-from .futures import resolve
-from .rewrite import rewrite
 from .runtime import has_tensor_values, tensor_kind
-
-DEFAULT_WORKERS = 64  # I/O-bound calls: concurrency is about latency hiding, not CPU count
-
-_pool: cf.ThreadPoolExecutor | None = None
-_pools: dict[int, cf.ThreadPoolExecutor] = {}
-_pool_lock = threading.Lock()
-
-
-def _executor(executor: cf.Executor | None, max_workers: int | None) -> cf.Executor:
-    """The given executor, else a shared thread pool (one per ``max_workers`` value)."""
-    global _pool
-    if executor is not None:
-        if not isinstance(executor, cf.Executor):
-            raise TypeError(
-                f"xcs: executor must be a concurrent.futures.Executor, got "
-                f"{type(executor).__name__}"
-            )
-        return executor
-    n = DEFAULT_WORKERS if max_workers is None else int(max_workers)
-    if n < 1:
-        raise ValueError(f"xcs: max_workers must be at least 1, got {max_workers}")
-    with _pool_lock:
-        pool = _pools.get(n)
-        if pool is None:
-            pool = _pools[n] = cf.ThreadPoolExecutor(n, thread_name_prefix=f"xcs-{n}")
-    return pool
-
-
-# ---- jit -----------------------------------------------------------------------------------------
-
-
-class JitFunction:
-    """A function run by ``xcs.jit`` (see :func:`jit`)."""
-
-    __xcs_jit__ = True
-
-    def __init__(self, fn: Callable, executor: cf.Executor | None, max_workers: int | None):
-        functools.update_wrapper(self, fn)
-        self._fn = fn
-        self._body = rewrite(fn, _engine.RUNTIME)
-        self._executor, self._max_workers = executor, max_workers
-        self._last: _engine.Engine | None = None
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _engine.current() is not None:  # called inside another invocation: join its engine
-            return self._body(*args, **kwargs)
-        eng = _engine.Engine(_executor(self._executor, self._max_workers), classify)
-        token = _engine._current.set(eng)
-        try:
-            out = resolve(self._body(*args, **kwargs))
-            eng.drain()
-            return out
-        except BaseException:
-            eng.drain(raise_errors=False)
-            raise
-        finally:
-            _engine._current.reset(token)
-            self._last = eng
-
-    def __get__(self, obj: Any, objtype: Any = None) -> Any:
-        return self if obj is None else functools.partial(self, obj)
-
-    def last_plan(self) -> _engine.Plan:
-        """The call graph of the last invocation: nodes (name, deps, start/end) and edges."""
-        if self._last is None:
-            raise XCSError(f"xcs.jit: {self.__qualname__} has not been called yet")
-        return self._last.plan()
-
-    def stats(self) -> _engine.Stats:
-        """Calls, summed call time, wall time, overlap and time saved of the last invocation."""
-        if self._last is None:
-            raise XCSError(f"xcs.jit: {self.__qualname__} has not been called yet")
-        return self._last.stats()
-
-
-def jit(
-    fn: Callable | None = None,
-    executor: cf.Executor | None = None,
-    max_workers: int | None = None,
-):
-    """Run ``fn`` with its orchestration calls concurrent by data flow.
-
-    Each call ``fn`` makes to an orchestration function (an LLM, HTTP, file or database call, as
-    :func:`classify` decides) is submitted at once and returns a pending value; a call that
-    receives pending values (in its arguments, lists, dicts, or strings built with ``+`` or
-    f-strings) starts when they are ready, and anything else that needs a value (an ``if``, a
-    method, tensor code) waits for it. Every call runs exactly once per invocation, dependent calls
-    in order, and the result equals plain sequential Python; orchestration functions get and
-    return real values. Calls that do not depend on each other's results may run in any order, so
-    side effects that must be ordered (write, then read) belong in one function or in a data
-    dependency. ``f.last_plan()`` and ``f.stats()`` describe the last invocation.
-
-    >>> import time
-    >>> from nablax import xcs
-    >>> @xcs.mark_orchestration
-    ... def ask(q):
-    ...     time.sleep(0.05)
-    ...     return q.upper()
-    >>> @xcs.jit
-    ... def two(a, b):
-    ...     x, y = ask(a), ask(b)          # independent: overlap
-    ...     return ask(x + " & " + y)      # waits for both
-    >>> two("p", "q")
-    'P & Q'
-    >>> two.stats().calls, two.last_plan().edges
-    (3, ((0, 2), (1, 2)))
-    """
-    if fn is None:
-        return lambda f: jit(f, executor=executor, max_workers=max_workers)
-    return JitFunction(fn, executor, max_workers)
-
+from .scheduler import executor_for, run_items
 
 # ---- vmap / pmap -----------------------------------------------------------------------------------
 
@@ -217,43 +103,6 @@ def _items(args: tuple, axes: tuple, name: str) -> tuple[int, list[tuple]]:
     return n, items
 
 
-def _run_items(fn, items, kwargs, executor, return_exceptions: bool, name: str) -> list:
-    """Run ``fn(*item, **kwargs)`` for every item concurrently; results in input order.
-
-    The calling thread helps: it runs, in order, every item the pool has not started yet (a
-    future it can still cancel), so a nested map whose pool is busy with its parents still
-    progresses, and never deadlocks."""
-    futures = [executor.submit(fn, *it, **kwargs) for it in items]
-    results: list = [None] * len(items)
-    try:
-        for i, f in enumerate(futures):
-            if f.cancel():
-                try:
-                    results[i] = fn(*items[i], **kwargs)
-                except Exception as e:  # noqa: BLE001 - reported below, with the index
-                    results[i] = _failed(e, i, name, return_exceptions, futures)
-                continue
-            try:
-                results[i] = f.result()
-            except Exception as e:  # noqa: BLE001
-                results[i] = _failed(e, i, name, return_exceptions, futures)
-    except BaseException:
-        for f in futures:
-            f.cancel()
-        raise
-    return results
-
-
-def _failed(e: Exception, i: int, name: str, return_exceptions: bool, futures) -> Exception:
-    if return_exceptions:
-        return e
-    for f in futures:
-        f.cancel()
-    e.add_note(f"xcs.{name}: raised by item {i} (the items not yet started were cancelled)")
-    e.xcs_index = i  # type: ignore[attr-defined]
-    raise e
-
-
 def _stack(results: list, out_axes: Any) -> Any:
     """Tensor results are stacked along ``out_axes`` (as vmap does); anything else is a list."""
     if results and all(isinstance(r, np.ndarray) for r in results):
@@ -274,8 +123,8 @@ def _map(fn, in_axes, out_axes, max_workers, executor, return_exceptions, name, 
         n, items = _items(args, axes, name)
         if n == 0:
             return []
-        ex = _executor(executor, max_workers)
-        results = _run_items(fn, items, kwargs, ex, return_exceptions, name)
+        ex = executor_for(executor, max_workers)
+        results = run_items(fn, items, kwargs, ex, return_exceptions, name)
         return _stack(results, out_axes) if tensor_kind(args) == "numpy" else results
 
     return mapped

@@ -1,0 +1,99 @@
+"""``xcs.jit``: run a function with its orchestration calls concurrent by data flow (the
+scheduler is ``engine.py``; the call interception is ``rewrite.py``)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import XCSError
+from . import engine as _engine
+from .analysis import classify
+from .futures import resolve
+from .rewrite import rewrite
+from .scheduler import executor_for
+
+# ---- jit -----------------------------------------------------------------------------------------
+
+
+class JitFunction:
+    """A function run by ``xcs.jit`` (see :func:`jit`)."""
+
+    __xcs_jit__ = True
+
+    def __init__(self, fn: Callable, executor: cf.Executor | None, max_workers: int | None):
+        functools.update_wrapper(self, fn)
+        self._fn = fn
+        self._body = rewrite(fn, _engine.RUNTIME)
+        self._executor, self._max_workers = executor, max_workers
+        self._last: _engine.Engine | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _engine.current() is not None:  # called inside another invocation: join its engine
+            return self._body(*args, **kwargs)
+        eng = _engine.Engine(executor_for(self._executor, self._max_workers), classify)
+        token = _engine._current.set(eng)
+        try:
+            out = resolve(self._body(*args, **kwargs))
+            eng.drain()
+            return out
+        except BaseException:
+            eng.drain(raise_errors=False)
+            raise
+        finally:
+            _engine._current.reset(token)
+            self._last = eng
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return self if obj is None else functools.partial(self, obj)
+
+    def last_plan(self) -> _engine.Plan:
+        """The call graph of the last invocation: nodes (name, deps, start/end) and edges."""
+        if self._last is None:
+            raise XCSError(f"xcs.jit: {self.__qualname__} has not been called yet")
+        return self._last.plan()
+
+    def stats(self) -> _engine.Stats:
+        """Calls, summed call time, wall time, overlap and time saved of the last invocation."""
+        if self._last is None:
+            raise XCSError(f"xcs.jit: {self.__qualname__} has not been called yet")
+        return self._last.stats()
+
+
+def jit(
+    fn: Callable | None = None,
+    executor: cf.Executor | None = None,
+    max_workers: int | None = None,
+):
+    """Run ``fn`` with its orchestration calls concurrent by data flow.
+
+    Each call ``fn`` makes to an orchestration function (an LLM, HTTP, file or database call, as
+    :func:`classify` decides) is submitted at once and returns a pending value; a call that
+    receives pending values (in its arguments, lists, dicts, or strings built with ``+`` or
+    f-strings) starts when they are ready, and anything else that needs a value (an ``if``, a
+    method, tensor code) waits for it. Every call runs exactly once per invocation, dependent calls
+    in order, and the result equals plain sequential Python; orchestration functions get and
+    return real values. Calls that do not depend on each other's results may run in any order, so
+    side effects that must be ordered (write, then read) belong in one function or in a data
+    dependency. ``f.last_plan()`` and ``f.stats()`` describe the last invocation.
+
+    >>> import time
+    >>> from nablax import xcs
+    >>> @xcs.mark_orchestration
+    ... def ask(q):
+    ...     time.sleep(0.05)
+    ...     return q.upper()
+    >>> @xcs.jit
+    ... def two(a, b):
+    ...     x, y = ask(a), ask(b)          # independent: overlap
+    ...     return ask(x + " & " + y)      # waits for both
+    >>> two("p", "q")
+    'P & Q'
+    >>> two.stats().calls, two.last_plan().edges
+    (3, ((0, 2), (1, 2)))
+    """
+    if fn is None:
+        return lambda f: jit(f, executor=executor, max_workers=max_workers)
+    return JitFunction(fn, executor, max_workers)
