@@ -1,18 +1,25 @@
-"""How long ``nablax.xcs.classify`` takes per function, over the labeled corpus of the tests.
+"""How accurate ``nablax.xcs.classify`` is on the labeled corpus of the tests, and how long it
+takes per function.
 
 Run from the repository root::
 
-    python bench/bench_xcs_classify.py                      # about 10 s on 2 cores
+    python bench/bench_xcs_classify.py                      # about 15 s on 2 cores
     python bench/bench_xcs_classify.py --quick --out bench/xcs_classify.json
 
-Cases, each timed per corpus function (``tests/xcs/corpus/*.py``), then summarized over the
-functions by median and 90th percentile:
+**Accuracy.** Every corpus function (``tests/xcs/corpus/*.py``) is labeled with its kind and its
+effects; the script prints the share classified right per corpus file, per kind, overall, and
+for the hold-out files (``holdout*.py``: written after the rules, never tuned on) on their own,
+then each miss with its reasons.
+
+**Timing.** Cases, each timed per corpus function, then summarized over the functions by median
+and 90th percentile:
 
 - **cold**: after ``clear_cache()`` (classifications *and* parsed source files dropped), so the
   time includes reading and parsing the function's whole source file.
 - **uncached**: classifications dropped, parsed files kept: the analysis itself (name resolution,
   helpers followed recursively).
-- **cached**: a cache hit, the cost ``xcs.jit`` pays on every call it routes. Target: 1-3 µs.
+- **cached**: a cache hit, the cost ``xcs.jit`` pays on every call it routes (it reads
+  ``classify(fn).kind`` and ``.effects``). Target: 1-3 µs.
 """
 
 from __future__ import annotations
@@ -33,8 +40,12 @@ from nablax.xcs import analysis
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "xcs" / "corpus"
 
 
-def corpus() -> list[tuple[str, object]]:
-    """Every labeled callable of the test corpus (modules imported under private names)."""
+KINDS = ("tensor", "orchestration", "hybrid", "pure")
+
+
+def corpus() -> list[tuple[str, object, str, bool]]:
+    """Every labeled callable of the test corpus: ``(file.name, callable, kind, effects)``
+    (modules imported under private names)."""
     out = []
     for path in sorted(CORPUS.glob("*.py")):
         name = f"_bench_corpus_{path.stem}"
@@ -42,8 +53,43 @@ def corpus() -> list[tuple[str, object]]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-        out += [(f"{path.stem}.{n}", obj) for n, obj, _ in module.CASES if obj is not None]
+        out += [
+            (f"{path.stem}.{n}", obj, kind, fx)
+            for n, obj, kind, fx in module.CASES
+            if obj is not None
+        ]
     return out
+
+
+def _score(rows: list) -> dict:
+    n = len(rows)
+    kind = sum(c.kind == k for _, _, k, _, c in rows)
+    fx = sum(c.effects == e for _, _, _, e, c in rows)
+    return {"n": n, "kind": kind / max(1, n), "effects": fx / max(1, n)}
+
+
+def accuracy(cases: list) -> dict:
+    """Print kind and effects accuracy per file, per kind, on hold-outs and overall."""
+    analysis.clear_cache()
+    rows = [(name, obj, kind, fx, analysis.classify(obj)) for name, obj, kind, fx in cases]
+    groups = sorted({r[0].split(".")[0] for r in rows})
+    table = {g: _score([r for r in rows if r[0].split(".")[0] == g]) for g in groups}
+    table |= {f"kind={k}": _score([r for r in rows if r[2] == k]) for k in KINDS}
+    table["hold-outs (holdout*.py)"] = _score([r for r in rows if r[0].startswith("holdout")])
+    table["development files"] = _score([r for r in rows if not r[0].startswith("holdout")])
+    table["all"] = _score(rows)
+    print(f"classify() accuracy on {len(rows)} labeled corpus functions (kind and effects)")
+    print()
+    print("| group | functions | kind | effects |")
+    print("|---|---:|---:|---:|")
+    for group, s in table.items():
+        print(f"| {group} | {s['n']} | {s['kind']:.1%} | {s['effects']:.1%} |")
+    print()
+    for name, _, kind, fx, c in rows:
+        if (c.kind, c.effects) != (kind, fx):
+            got = f"{c.kind}/effects={c.effects}"
+            print(f"- miss {name}: labeled {kind}/effects={fx}, got {got}: {c.reasons[0]}")
+    return table
 
 
 def _once(fn, reset) -> float:
@@ -82,15 +128,19 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     reps, calls = (3, 500) if args.quick else (7, 3000)
     t_start = time.perf_counter()
-    names, fns = zip(*corpus())
+    cases = corpus()
+    names, fns = [c[0] for c in cases], [c[1] for c in cases]
     print(environment(sys.modules.get("torch")), flush=True)
+    print()
+    scores = accuracy(cases)
+    print(flush=True)
     results = {
         "cold (sources re-parsed)": time_uncached(list(fns), reps, cold=True),
         "uncached (analysis only)": time_uncached(list(fns), reps, cold=False),
         "cached (cache hit)": time_cached(list(fns), calls),
     }
     print()
-    print(f"classify() per function, over {len(fns)} corpus functions")
+    print(f"classify() time per function, over {len(fns)} corpus functions")
     print()
     print("| case | median µs | p90 µs | max µs |")
     print("|---|---:|---:|---:|")
@@ -110,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"- warning: load average {load:.1f} on {os.cpu_count()} cores: medians are noisy")
     print(f"- total benchmark time {time.perf_counter() - t_start:.1f} s")
     if args.out:
-        Path(args.out).write_text(json.dumps({"functions": len(fns), "cases": summary}, indent=2))
+        out = {"functions": len(fns), "accuracy": scores, "cases": summary}
+        Path(args.out).write_text(json.dumps(out, indent=2))
     return 0
 
 

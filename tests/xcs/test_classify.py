@@ -29,17 +29,12 @@ from nablax.xcs.analysis import (
     format_table,
 )
 from nablax.xcs.markers import (
-    mark_hybrid,
-    mark_orchestration,
-    mark_pytree_safe,
-    mark_tensor,
     marker_of,
-    pytree_safe,
 )
 
 CORPUS = Path(__file__).parent / "corpus"
 KINDS = ("tensor", "orchestration", "hybrid", "pure")
-OPTIONAL = ("openai", "anthropic", "httpx", "torch", "PIL")
+OPTIONAL = ("openai", "anthropic", "httpx", "torch", "PIL", "pandas", "requests", "aiohttp")
 
 
 def _load(path: Path, prefix: str):
@@ -52,50 +47,83 @@ def _load(path: Path, prefix: str):
     return sys.modules[name]
 
 
-def corpus_cases(prefix: str = "xcs_corpus") -> list[tuple[str, object, str]]:
+def corpus_cases(prefix: str = "xcs_corpus") -> list[tuple[str, object, str, bool]]:
+    """``(group.name, callable, kind, effects)`` for every labeled corpus function."""
     cases = []
     for path in sorted(CORPUS.glob("*.py")):
         module = _load(path, prefix)
-        cases += [
-            (f"{path.stem}.{n}", obj, kind) for n, obj, kind in module.CASES if obj is not None
-        ]
+        for n, obj, kind, effects in module.CASES:
+            if obj is not None:
+                cases.append((f"{path.stem}.{n}", obj, kind, effects))
     return cases
 
 
-def accuracy_table(rows: list[tuple[str, str, Classification]]) -> tuple[float, str]:
-    """Per-class and overall accuracy, and the misclassified rows, as printable text."""
+def accuracy_table(rows: list[tuple[str, str, bool, Classification]]) -> tuple[float, float, str]:
+    """Kind accuracy per class, per corpus file and overall, effects accuracy, and the
+    misclassified rows, as printable text."""
     lines = ["| class | correct | total | accuracy |", "|---|---:|---:|---:|"]
     for kind in KINDS:
         mine = [r for r in rows if r[1] == kind]
-        ok = sum(r[2].kind == kind for r in mine)
+        ok = sum(r[3].kind == kind for r in mine)
         lines.append(f"| {kind} | {ok} | {len(mine)} | {ok / max(1, len(mine)):.1%} |")
-    ok = sum(r[2].kind == r[1] for r in rows)
-    overall = ok / len(rows)
+    ok = sum(r[3].kind == r[1] for r in rows)
+    fx = sum(r[3].effects == r[2] for r in rows)
+    overall, fx_rate = ok / len(rows), fx / len(rows)
     lines.append(f"| overall | {ok} | {len(rows)} | {overall:.1%} |")
-    for name, expected, c in rows:
-        if c.kind != expected:
+    lines += ["", "| group | n | kind | effects |", "|---|---:|---:|---:|"]
+    for group in sorted({r[0].split(".")[0] for r in rows}):
+        mine = [r for r in rows if r[0].split(".")[0] == group]
+        k = sum(r[3].kind == r[1] for r in mine) / len(mine)
+        e = sum(r[3].effects == r[2] for r in mine) / len(mine)
+        lines.append(f"| {group} | {len(mine)} | {k:.1%} | {e:.1%} |")
+    lines.append(f"| all | {len(rows)} | {overall:.1%} | {fx_rate:.1%} |")
+    for name, kind, effects, c in rows:
+        if (c.kind, c.effects) != (kind, effects):
             lines.append(
-                f"  WRONG {name}: expected {expected}, got {c.kind}: {'; '.join(c.reasons)}"
+                f"  WRONG {name}: expected {kind}/effects={effects}, got {c.kind}/"
+                f"effects={c.effects}: {'; '.join(c.reasons)}"
             )
-    return overall, "\n".join(lines)
+    return overall, fx_rate, "\n".join(lines)
+
+
+def _rows(prefix: str = "xcs_corpus", holdout: bool | None = None) -> list:
+    rows = []
+    for name, obj, kind, effects in corpus_cases(prefix):
+        if holdout is None or name.startswith("holdout") == holdout:
+            rows.append((name, kind, effects, classify(obj)))
+    return rows
 
 
 # ---- the labeled corpus ---------------------------------------------------------------------
 
 
 def test_corpus_is_large_and_balanced():
-    counts = Counter(kind for _, _, kind in corpus_cases())
-    assert sum(counts.values()) >= 120, counts
+    cases = corpus_cases()
+    counts = Counter(kind for _, _, kind, _ in cases)
+    assert len(cases) >= 250, counts
     assert set(counts) == set(KINDS)
     assert min(counts.values()) >= 25, counts
+    assert all(isinstance(e, bool) for *_, e in cases)
+    with_effects = [k for _, _, k, e in cases if e]
+    assert len(with_effects) >= 50 and set(with_effects) == {"orchestration", "hybrid"}
+    holdout = [n for n, *_ in cases if n.startswith("holdout2.")]
+    assert len(holdout) >= 30  # written after the rules, scored separately
 
 
 def test_corpus_accuracy():
     clear_cache()
-    rows = [(name, kind, classify(obj)) for name, obj, kind in corpus_cases()]
-    overall, table = accuracy_table(rows)
+    overall, fx_rate, table = accuracy_table(_rows())
     print("\nxcs.classify on the labeled corpus\n" + table)
-    assert overall >= 0.95, table
+    assert overall >= 0.97, table
+    assert fx_rate >= 0.95, table
+
+
+def test_holdout_accuracy():
+    """The hold-out files (written after the rules, not tuned on) on their own."""
+    clear_cache()
+    overall, fx_rate, table = accuracy_table(_rows(holdout=True))
+    print("\nxcs.classify on the hold-out files\n" + table)
+    assert overall >= 0.9 and fx_rate >= 0.85, table
 
 
 def test_corpus_without_optional_packages(monkeypatch):
@@ -104,90 +132,22 @@ def test_corpus_without_optional_packages(monkeypatch):
         monkeypatch.setitem(sys.modules, name, None)  # `import openai` now raises ImportError
     clear_cache()
     try:
-        rows = [(n, k, classify(obj)) for n, obj, k in corpus_cases("xcs_corpus_bare")]
+        rows = _rows("xcs_corpus_bare")
     finally:
         clear_cache()
-    overall, table = accuracy_table(rows)
+    overall, fx_rate, table = accuracy_table(rows)
     print(f"\nxcs.classify on the corpus with {', '.join(OPTIONAL)} unavailable\n" + table)
-    assert overall >= 0.95, table
+    assert overall >= 0.97 and fx_rate >= 0.95, table
 
 
 def test_reasons_are_readable_sentences():
     clear_cache()
-    for name, obj, _ in corpus_cases():
+    for name, obj, _kind, _ in corpus_cases():
         c = classify(obj)
         assert c.reasons and all(isinstance(r, str) and r for r in c.reasons), name
         assert all(len(r) < 400 and " at 0x" not in r for r in c.reasons), (name, c.reasons)
-
-
-# ---- markers --------------------------------------------------------------------------------
-
-
-def _deco(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return fn(*args, **kwargs)
-
-    return wrapper
-
-
-class _Model:
-    @mark_tensor
-    def forward(self, x):
-        return x
-
-    def plain(self, x):
-        return x
-
-
-def test_markers_through_wraps_partial_bound_and_objects():
-    @_deco
-    @_deco
-    @mark_orchestration
-    def fetch(url, timeout=1.0):
-        return url
-
-    assert marker_of(fetch) == "orchestration"
-    assert marker_of(functools.partial(fetch, timeout=3)) == "orchestration"
-    assert marker_of(_Model().forward) == "tensor" and marker_of(_Model().plain) is None
-    bound = mark_hybrid(_Model().plain)  # a bound method takes no attributes: a wrapper does
-    assert marker_of(bound) == "hybrid" and bound(3) == 3
-    assert marker_of(mark_orchestration(len)) == "orchestration" and marker_of(len) is None
-
-    @mark_hybrid
-    class Agent:
-        def __call__(self, q):
-            return q
-
-    assert marker_of(Agent) == marker_of(Agent()) == "hybrid"
-    assert mark_tensor()(lambda x: x).__xcs_kind__ == "tensor"  # @mark_tensor() works too
-
-
-def test_marker_cycles_and_pytree_flag():
-    def f(x):
-        return x
-
-    f.__wrapped__ = f  # a cycle must not hang
-    assert marker_of(f) is None
-    assert pytree_safe(mark_pytree_safe(f)) is True
-    assert pytree_safe(mark_pytree_safe(False)(_deco(len))) is False
-    assert pytree_safe(_deco(f)) is True  # seen through the wraps chain
-    with pytest.raises(TypeError, match=r"xcs.mark_pytree_safe: argument `flag`"):
-        mark_pytree_safe("yes")
-    with pytest.raises(TypeError, match=r"xcs.mark_tensor: .*must be callable"):
-        mark_tensor(3)
-
-
-def test_markers_override_the_analysis():
-    @mark_orchestration
-    def sums(x):
-        return jnp.sum(x)
-
-    c = classify(sums)
-    assert c.kind == "orchestration" and c.reasons[0] == "marked with @mark_orchestration"
-    assert classify(mark_tensor(lambda x: jnp.tanh(x))).jax_traceable
-    assert not classify(mark_tensor(lambda x: np.tanh(x))).jax_traceable
-    assert classify(_deco(mark_hybrid(lambda x: x))).kind == "hybrid"
+        about_effects = [r for r in c.reasons if r.startswith(("effects", "read-only"))]
+        assert len(about_effects) == (c.kind in ("orchestration", "hybrid")), (name, c.reasons)
 
 
 # ---- source analysis ------------------------------------------------------------------------
@@ -460,15 +420,6 @@ def test_helper_limits_are_sane():
     assert 3 <= _resolve.MAX_DEPTH <= 10 and _resolve.MAX_VISITS >= 64
 
 
-def test_marking_after_classifying_is_seen():
-    def step(x):
-        return jnp.tanh(x)
-
-    assert classify(step).kind == "tensor"
-    mark_orchestration(step)
-    assert classify(step).kind == "orchestration"
-
-
 def test_annotations_are_the_last_resort():
     import jax
 
@@ -498,3 +449,151 @@ def test_host_transfers_break_traceability():
 
     assert classify(to_host).kind == "tensor" and not classify(to_host).jax_traceable
     assert classify(default_dtype).kind == "tensor" and classify(default_dtype).jax_traceable
+
+
+# ---- array methods, operators, keyword fallback, waits (issue 15) ----------------------------
+
+
+def test_array_methods_and_operators_mean_tensor():
+    def mse(pred, target):
+        return ((pred - target) ** 2).mean()
+
+    def linear(x, w, b):
+        return x @ w + b
+
+    def gram(f):
+        return f.T @ f
+
+    def flat(x):
+        return x.reshape(x.shape[0], -1)
+
+    for fn in (mse, linear, gram, flat):
+        c = classify(fn)
+        assert (c.kind, c.effects) == ("tensor", False), (fn.__name__, c)
+    assert "array method" in classify(mse).reasons[0]
+    assert "@ operator" in " ".join(classify(linear).reasons)
+    assert classify(mse).jax_traceable  # traceable when the inputs are JAX arrays
+    x, w = np.arange(6.0).reshape(2, 3), np.ones((3, 2))
+    np.testing.assert_allclose(linear(x, w, 1.0), x @ w + 1.0)  # the corpus code is real code
+
+
+def test_names_arrays_share_with_builtins_stay_pure():
+    def vowels(text):
+        return sum(text.count(v) for v in "aeiou")
+
+    def price(prices, item):
+        return prices.get(item.lower(), 0.0)
+
+    def where(items, target):
+        return items.index(target) if target in items else -1
+
+    def scaled(values, k):
+        return [v * k for v in values] + [max(values), min(values)]
+
+    for fn in (vowels, price, where, scaled):
+        assert classify(fn).kind == "pure", (fn.__name__, classify(fn))
+
+
+def test_keyword_fallback_for_unresolved_llm_calls():
+    def ask(model, q):
+        return model.invoke(q).content
+
+    async def ask_async(chain, q):
+        return await chain.ainvoke({"q": q})
+
+    def many(runnable, qs):
+        return runnable.batch(qs)
+
+    def direct(llm, prompt):
+        return llm(prompt)
+
+    class Agent:
+        def __init__(self, llm):
+            self.llm = llm
+            self.notes = []
+
+        def step(self, goal):
+            return self.llm.invoke(goal).content
+
+        def note(self, text):
+            self.notes.append(text)
+
+    agent = Agent(llm=None)
+    for fn in (ask, ask_async, many, direct, agent.step, functools.partial(ask, None)):
+        c = classify(fn)
+        assert (c.kind, c.effects) == ("orchestration", False), c
+        assert any(r.startswith("keyword fallback: ") and "unresolved" in r for r in c.reasons)
+    assert classify(lambda chain, q: chain.stream(q)).kind == "orchestration"
+    assert classify(agent.note).kind == "pure"  # bookkeeping on an agent is not a call
+
+    def history(chat_history, turns):  # `chat_history` ends with *history*: not an LLM
+        chat_history.append(turns)
+        return chat_history[-8:]
+
+    assert classify(history).kind == "pure"
+
+
+def test_runnable_compositions_with_the_pipe_operator():
+    def answer(prompt, llm, parser, q):
+        return (prompt | llm | parser).invoke({"q": q})
+
+    def answer_all(prompt, llm, qs):
+        return (prompt | llm).batch([{"q": q} for q in qs])
+
+    def flags(a, b):
+        return (a | b).bit_length()  # `|` on ints: no runnable method, stays pure
+
+    for fn in (answer, answer_all):
+        c = classify(fn)
+        assert (c.kind, c.effects) == ("orchestration", False), c
+        assert "(... | ...)" in c.reasons[0]
+    assert classify(flags).kind == "pure"
+
+
+def test_a_model_receiver_counts_only_without_tensor_work():
+    def generate(model, prompt):
+        return model.generate(prompt)
+
+    def forward(model, x, y):
+        return ((model.predict(x) - y) ** 2).mean()
+
+    assert classify(generate).kind == "orchestration"
+    assert classify(forward).kind == "tensor"  # model.predict on arrays: a model, not an LLM
+
+
+def test_hybrids_with_keyword_orchestration():
+    def graded(llm, answers):
+        g = jnp.asarray([float(llm.invoke(a).content) for a in answers])
+        return jnp.exp(g) / jnp.exp(g).sum()
+
+    def projected(embedder, texts, proj):
+        return np.asarray(embedder.embed_documents(texts)) @ proj
+
+    for fn in (graded, projected):
+        c = classify(fn)
+        assert c.kind == "hybrid", c
+        assert any(r.startswith("keyword fallback") for r in c.reasons)
+
+
+def test_analyze_operations_agrees_with_classify():
+    def implied(s):
+        if s.is_hybrid:
+            return "hybrid"
+        return (
+            "tensor"
+            if s.only_tensor_ops
+            else "orchestration"
+            if s.has_orchestration_ops
+            else "pure"
+        )
+
+    clear_cache()
+    for name, obj, _, _ in corpus_cases():
+        assert implied(analyze_operations(obj)) == classify(obj).kind, name
+    ns: dict = {}
+    exec("def f(x):\n    return x + 1\n", ns)
+    assert analyze_operations(ns["f"]) == OperationSummary(
+        frozenset({"unknown"}), frozenset({"unknown"})
+    )
+    assert OperationSummary() == OperationSummary(frozenset(), frozenset())
+    assert not OperationSummary().has_tensor_ops and not OperationSummary().is_hybrid

@@ -2,6 +2,13 @@
 
 Internal to :mod:`nablax.xcs.analysis`. Objects are read statically (module dicts, closure cells,
 ``inspect.getattr_static``): no property, ``__getattr__`` or user function is ever run.
+
+A parameter annotated with a library class (``conn: sqlite3.Connection``, ``x: jax.Array``) is
+known as an instance of it; handles returned by library factories (``sqlite3.connect(...)``,
+``boto3.client(...)``) keep their library. What stays unresolved is judged by method names
+(``.fetchall()``, ``.sum()``), SQL literals (``c.execute("INSERT ...")``) and, last, the keyword
+fallback (:mod:`._keywords`). Every orchestration operation gets an effect status
+(:mod:`._effects`).
 """
 
 from __future__ import annotations
@@ -9,11 +16,11 @@ from __future__ import annotations
 import builtins
 import sys
 import types
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from . import _rules, _source
+from . import _effects, _keywords, _rules, _source
+from ._evidence import Analysis, Context, Evidence, evidence_from_rule, rank, summarize
 from ._objects import (
     MISSING,
     annotation_names,
@@ -30,57 +37,12 @@ from ._objects import (
 )
 from ._source import CALL, EXPR, ITEM, Facts, Ref
 
+__all__ = ["Analysis", "Context", "Evidence", "FunctionAnalyzer", "Unbound", "rank"]
+
+# library functions that return a connection / client / file handle, whose methods are I/O too
+_HANDLES = frozenset("connect cursor client resource open create_engine create_connection".split())
 MAX_DEPTH = 6  # helper functions followed at most this deep
 MAX_VISITS = 256  # functions analyzed for one top-level classification
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One fact behind a classification: ``kind`` is "tensor" or "orchestration"."""
-
-    kind: str
-    op: str
-    reason: str
-    traceable: bool = False
-    ops: tuple[str, ...] = ()  # the operations behind it (a helper's own ops)
-    leaf: str = ""  # for a helper: the reason found at the end of the chain of helpers
-    via: tuple[str, ...] = ()  # the helpers in between
-
-
-@dataclass
-class Analysis:
-    """Everything found about one callable; :mod:`analysis` turns it into a Classification."""
-
-    evidence: list[Evidence] = field(default_factory=list)
-    uncertain: list[str] = field(default_factory=list)  # why the answer would be a guess
-    side_effects: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    marked: str | None = None
-    complete: bool = True  # False when a cycle or the depth limit cut the walk below the top
-
-    def kinds(self) -> set[str]:
-        return {e.kind for e in self.evidence}
-
-    def merge(self, other: Analysis) -> None:
-        self.evidence += [e for e in other.evidence if e not in self.evidence]
-        self.uncertain += [u for u in other.uncertain if u not in self.uncertain]
-        self.side_effects += other.side_effects
-        self.notes += other.notes
-        self.complete = self.complete and other.complete
-
-
-@dataclass
-class Context:
-    """State of one top-level classification: the call stack (cycle guard) and a visit budget."""
-
-    follow: Callable[[Any, Context], Analysis]  # analyze a helper (cache-aware)
-    stack: list[int] = field(default_factory=list)
-    visits: int = 0
-    self_attrs: dict[type, dict] = field(default_factory=dict)
-
-    @property
-    def depth(self) -> int:
-        return len(self.stack)
 
 
 @dataclass
@@ -94,37 +56,7 @@ class _Val:
     hit: tuple[_rules.Rule, str, int] | None = None  # last library rule on the chain, its index
     root: str | None = None  # "client: openai.OpenAI": the object the chain reaches a library by
     made: bool = False  # an instance made by calling a library class (`client = OpenAI()`)
-
-
-def evidence_from_rule(rule: _rules.Rule, op: str, reason: str) -> list[Evidence]:
-    if rule.kind == "neutral":
-        return []
-    return [Evidence(rule.kind, op, reason, rule.traceable, (op,))]
-
-
-def rank(e: Evidence) -> tuple[bool, bool]:
-    """Order of reasons: calls first; imports and dtype constants (np.float32) say least."""
-    leaf = e.leaf or e.reason
-    return leaf.startswith("imports "), "constant" in leaf
-
-
-def summarize(name: str, line: int | None, sub: Analysis) -> list[Evidence]:
-    """A helper's analysis as evidence of the caller: one item per kind the helper has."""
-    at = f" at line {line}" if line else ""
-    out = []
-    for kind in ("tensor", "orchestration"):
-        found = sorted((e for e in sub.evidence if e.kind == kind), key=rank)
-        if not found:
-            continue
-        ops = tuple(dict.fromkeys(o for e in found for o in e.ops))
-        traceable = all(e.traceable for e in found) and not sub.side_effects
-        first = found[0]
-        leaf, via = first.leaf or first.reason, (first.op, *first.via) if first.leaf else ()
-        why = leaf + (f", via {' -> '.join(via)}" if via else "")
-        more = f"; +{len(found) - 1} more" if len(found) > 1 else ""
-        reason = f"calls {name}{at}, which is {kind} code ({why}{more})"
-        out.append(Evidence(kind, name, reason, traceable, ops, leaf, via))
-    return out
+    ann: str | None = None  # a parameter known by its annotation (`x: jax.Array`)
 
 
 class Unbound:
@@ -175,9 +107,26 @@ class FunctionAnalyzer:
                         return val
             finally:
                 self._resolving.discard(name)
+        if name in f.param_annotations and name not in self._resolving:
+            return self._annotated(name)
         if name in f.locals or name in f.params:
             return _Val()
         return self._outer(name)
+
+    def _annotated(self, name: str) -> _Val:
+        """A parameter annotated with a library class (``conn: sqlite3.Connection``)."""
+        chain = self.facts.param_annotations[name]
+        self._resolving.add(name)
+        try:
+            val = self.walk(chain)
+        finally:
+            self._resolving.discard(name)
+        if val.path is None and chain[0] in sys.modules:  # "jax.Array" as a string
+            val = from_path(".".join(chain))
+        rule = rule_for(val.obj, val.path)
+        if rule is None or rule.kind not in ("tensor", "orchestration"):
+            return _Val()
+        return _Val(path=val.path, made=True, ann=".".join(chain))
 
     def _outer(self, name: str) -> _Val:
         """A closure variable, a module global (or its guarded import), or a builtin."""
@@ -228,13 +177,15 @@ class FunctionAnalyzer:
                 hit = self._hit(val, i) or hit  # np.tanh(x).sum(): the reason names np.tanh
                 if hit is not None and receiver is None:
                     receiver = self._receiver(names, i, val)
-        return _Val(val.obj, val.path, val.cls, followed, hit, receiver or None, val.made)
+        return _Val(val.obj, val.path, val.cls, followed, hit, receiver or None, val.made, val.ann)
 
     @staticmethod
     def _receiver(names: tuple[str, ...], i: int, val: _Val) -> str:
         """``client = openai.OpenAI(...)``, ``self.db: sqlite3.Connection``: the object through
         which a chain first reaches a library, when the written name does not say it."""
         text, path = Ref(names[: i + 1], 0).text, val.path or ""
+        if val.ann is not None:
+            return f"{text} is annotated as {val.ann}"
         if path.endswith("()") or val.made:
             return f"{text} = {path.removesuffix('()')}(...)"
         if val.obj is MISSING or isinstance(val.obj, (types.ModuleType, type)):
@@ -313,6 +264,8 @@ class FunctionAnalyzer:
         top = _rules.lookup(val.path.split(".")[0]) if val.path else None
         if top is not None and top.kind == "tensor":  # np.loadtxt(...) is an array: so is .mean()
             return _Val(path=f"{val.path}()")
+        if top is not None and top.kind == "orchestration" and callee[-1] in _HANDLES:
+            return _Val(path=f"{val.path}()", made=True)  # conn = sqlite3.connect(...): a handle
         return _Val()  # the result of another library function: data, counted at the call
 
     def _callee(self, val: _Val) -> Any:
@@ -346,18 +299,34 @@ class FunctionAnalyzer:
     def ref_evidence(self, ref: Ref) -> None:
         """Evidence of one name chain: a library rule, a helper to follow, or a method-name hint."""
         val = self.walk(ref.names, ref)
+        self._item_call(ref)
         if not ref.called and val.obj is not MISSING and user_callable(val.obj):
             self._follow(val.obj, ref)  # passed along, as in pool.map(fetch, urls)
         elif val.hit is not None and val.hit[2] == 0 and ref.names[0] in self.facts.assigns:
             return  # a local variable passed around (`return x[0]`): counted where it was made
+        elif val.hit is not None and val.ann is not None and len(ref.names) == 1:
+            return  # an annotated parameter passed along (print(x)): the annotation says little
         elif val.hit is not None:
             self._rule_evidence(ref, val)
         elif val.obj is MISSING and val.cls is None and not val.followed:
             if not self._hints(ref) and ref.awaited:
                 why = f"awaits {ref.text} at line {ref.line} (an async call: probably I/O)"
-                self.result.evidence.append(
-                    Evidence("orchestration", ref.text, why, ops=(ref.text,))
-                )
+                k = ref.names.index(CALL) - 1 if CALL in ref.names[1:] else len(ref.names) - 1
+                fx = self._fx(ref, k, _rules.Rule("orchestration", "an async call"))
+                self.result.evidence += evidence_from_rule(_keywords.CLIENT, ref.text, why, fx)
+
+    def _string(self, name: str) -> str | None:
+        """The value of a name bound to a string literal (a local, a global, a closure cell)."""
+        if name in self.facts.strings:
+            return self.facts.strings[name]
+        value = self._outer(name).obj if name not in self.facts.locals else None
+        return value if isinstance(value, str) else None
+
+    def _fx(self, ref: Ref, index: int, rule: _rules.Rule) -> tuple[str, str]:
+        text = Ref(ref.names[: index + 1], ref.line).text
+        return _effects.of_call(
+            ref.names, index, rule, ref.args_at(index), self._string, f"{text} at line {ref.line}"
+        )
 
     def _rule_evidence(self, ref: Ref, val: _Val) -> None:
         rule, path, index = val.hit
@@ -368,10 +337,17 @@ class FunctionAnalyzer:
             if called:
                 self.result.notes.append(text)
             return
+        if rule.kind == "unknown":  # exec / eval
+            if called:
+                self.result.uncertain.append(f"calls {text} at line {ref.line} ({rule.what})")
+            return
         verb = "imports" if ref.imported else "calls" if called else "uses"
         detail = f"; {val.root}" if val.root and len(names) > 1 else ""
         reason = f"{verb} {text} ({rule.what}{detail}) at line {ref.line}"
-        self.result.evidence += evidence_from_rule(rule, text, reason)
+        fx = self._fx(ref, index, rule) if rule.kind == "orchestration" else ("", "")
+        if ref.imported or (not called and names[-1].isupper()):
+            fx = ("", "")  # importing a module, reading a constant (socket.AF_INET): no call
+        self.result.evidence += evidence_from_rule(rule, text, reason, fx)
         for name in ref.names[index + 1 :] if rule.kind == "tensor" else ():
             host = _rules.METHOD_HINTS.get(name)
             if host is not None and host.kind == "tensor" and not host.traceable:
@@ -379,28 +355,101 @@ class FunctionAnalyzer:
                 self.result.evidence += evidence_from_rule(host, f"{text}(...).{name}", why)
 
     def _hints(self, ref: Ref) -> bool:
-        """Method-name hints for chains on unknown objects (parameters, call results)."""
-        verb = "calls" if ref.called else "uses"
-        attrs = tuple(n for n in ref.names[1:] if n not in (CALL, ITEM))
-        suffix = _rules.llm_suffix(attrs)
-        if suffix is not None:
-            reason = f"{verb} {ref.text} (LLM API call .{suffix}) at line {ref.line}"
-            self.result.evidence.append(
-                Evidence("orchestration", ref.text, reason, ops=(ref.text,))
-            )
-            return True
-        for name in attrs:
-            rule = _rules.METHOD_HINTS.get(name)
-            if rule is not None:
-                reason = f"{verb} {ref.text} ({rule.what}, from the method name) at line {ref.line}"
-                self.result.evidence += evidence_from_rule(rule, ref.text, reason)
+        """Chains on unknown objects (parameters, call results, placeholders): LLM SDK endings,
+        method names (``.fetchall()``, ``.sum()``) and, failing those, the keyword fallback."""
+        found = self._io_hint(ref)
+        names = ref.names
+        for i in range(found + 1 if found >= 0 else 1, len(names)):
+            if _rules.METHOD_HINTS.get(names[i]) is _rules.ARRAY_METHOD:
+                verb = "calls" if i + 1 < len(names) and names[i + 1] == CALL else "uses"
+                text = Ref(names[: i + 1], ref.line).text
+                why = (
+                    f"{verb} {text} at line {ref.line} (.{names[i]} is an array method or "
+                    "attribute, which no builtin type has: the value is an array)"
+                )
+                self.result.evidence += evidence_from_rule(
+                    _rules.ARRAY_METHOD, text, why, weak=True
+                )
                 return True
-        name = ref.names[0]
-        if ref.names[1:] == (CALL,) and not ref.nested and self._dynamic(name):
+        if found >= 0:
+            return True
+        name = names[0]
+        if ref.nested:
+            return False
+        if len(names) > 1 and names[1] == CALL and self._dynamic(name):  # fn(x), fn(x).attr
             what = "its argument" if name in self.facts.params else "the callable"
             why = f"calls {what} `{name}` at line {ref.line}, whose kind is known only at run time"
             self.result.uncertain.append(why)
         return False
+
+    def _item_call(self, ref: Ref) -> None:
+        """``handlers[kind](event)``, ``self.tools[name](**args)``: a callable picked from a
+        container at run time (its kind, and its effects, are unknown)."""
+        names = ref.names
+        if ref.nested or ITEM not in names or CALL not in names:
+            return
+        if names.index(ITEM) + 1 != names.index(CALL):
+            return
+        if names[0] in self.facts.params or names[0] == self._self_name():
+            text = Ref(names[: names.index(ITEM)], ref.line).text
+            why = f"calls a callable taken from {text} at line {ref.line}, known only at run time"
+            self.result.uncertain.append(why)
+
+    def _io_hint(self, ref: Ref) -> int:
+        """Orchestration evidence for an unresolved chain; the index of the name it is about
+        (-1: none)."""
+        names = ref.names
+        for i, n in enumerate(names):  # client.chat.completions.create(...).choices[0]...
+            if n == CALL:
+                suffix = _rules.llm_suffix(tuple(x for x in names[1:i] if x not in (CALL, ITEM)))
+                if suffix is not None:
+                    text = Ref(names[:i], ref.line).text
+                    why = f"calls {text} (LLM API call .{suffix}) at line {ref.line}"
+                    fx = self._fx(ref, i - 1, _rules.LLM)
+                    self.result.evidence += evidence_from_rule(_rules.LLM, text, why, fx)
+                    return i - 1
+        found = -1
+        for i, n in enumerate(names[1:], start=1):
+            rule = _rules.METHOD_HINTS.get(n)
+            if rule is not None and rule.kind == "orchestration":
+                text = Ref(names[: i + 1], ref.line).text
+                why = f"calls {text} ({rule.what}, from the method name) at line {ref.line}"
+                fx = self._fx(ref, i, rule)
+                self.result.evidence += evidence_from_rule(rule, text, why, fx, weak=True)
+                found = i
+                break
+            if n in ("execute", "executemany") and self._sql_call(ref, i):
+                found = i
+                break
+        direct = names[1:] == (CALL,) and self._dynamic(names[0])
+        hit = _keywords.fallback(names, self._self_name(), direct)
+        if hit is None or hit[1] == found:  # the method name already said it
+            return found
+        rule, i, word, ambiguous = hit  # the first call: session.delete(...).raise_for_status()
+        text = Ref(names[: i + 1], ref.line).text
+        why = (
+            f"keyword fallback: calls {text} at line {ref.line} (unresolved; {word} suggests "
+            f"{rule.what})"
+        )
+        evidence = evidence_from_rule(rule, text, why, self._fx(ref, i, rule), weak=True)
+        if ambiguous:  # `model.generate(...)`: an LLM unless the function does tensor work
+            self._maybe += evidence
+        else:
+            self.result.evidence += evidence
+        return max(found, i)
+
+    def _sql_call(self, ref: Ref, i: int) -> bool:
+        """``c.execute("INSERT ...")`` on any receiver: the SQL literal says it is a database."""
+        args = ref.args_at(i)
+        first = args.get(0) if args is not None else None
+        sql = first[1] if first and first[0] == "s" else self._string(first[1]) if first else None
+        if sql is None or _effects.sql_status(sql) is None:
+            return False
+        text = Ref(ref.names[: i + 1], ref.line).text
+        why = f"calls {text} with an SQL statement (database) at line {ref.line}"
+        fx = self._fx(ref, i, _rules.DB)
+        self.result.evidence += evidence_from_rule(_rules.DB, text, why, fx)
+        return True
 
     def _dynamic(self, name: str) -> bool:
         """A call of a parameter or loop variable (``fn(x)``, ``for step in steps: step(x)``)."""
@@ -410,11 +459,23 @@ class FunctionAnalyzer:
         return name in f.params or (name in f.locals and name not in f.imports)
 
     def run(self) -> Analysis:
+        self._maybe: list[Evidence] = []
         for ref in self.facts.refs:
             self.ref_evidence(ref)
+        if self.facts.matmul:
+            line = self.facts.matmul[0]
+            why = f"uses the @ operator at line {line} (a matrix product: its operands are arrays)"
+            self.result.evidence += evidence_from_rule(_rules.ARRAY_METHOD, "@", why, weak=True)
+        if self._maybe and "tensor" not in self.result.kinds():
+            self.result.evidence += self._maybe
         self._side_effects()
         if not self.result.evidence:
             self._annotations()
+        if "orchestration" in self.result.kinds():
+            word = _effects.own_name_writes(self.code.co_name)
+            if word is not None:
+                why = f"its name {self.code.co_name} says it has effects (`{word}`)"
+                self.result.fx_extra.append((_effects.WRITE, why))
         if not self.result.evidence and not self.facts.has_source:
             self.result.uncertain.append(
                 f"no source code for {self.code.co_qualname} (defined in a REPL, by exec or in a "
@@ -446,7 +507,8 @@ class FunctionAnalyzer:
             if rule.kind == "orchestration" and not (val.path or "").endswith(_rules.CLIENT_WORDS):
                 continue  # a Response or Message annotation is data, not an I/O handle
             reason = f"a parameter or the return value is annotated as {ref.text} ({rule.what})"
-            self.result.evidence += evidence_from_rule(rule, ref.text, reason)
+            fx = (_effects.UNKNOWN, f"takes a {ref.text} (what it does with it is not known)")
+            self.result.evidence += evidence_from_rule(rule, ref.text, reason, fx)
 
 
 def from_path(path: str) -> _Val:

@@ -34,7 +34,11 @@ PROC = Rule("orchestration", "subprocess")
 NET = Rule("orchestration", "network I/O")
 FILE = Rule("orchestration", "file I/O")
 CONSOLE = Rule("orchestration", "console I/O")
+WAIT = Rule("orchestration", "a blocking wait")
+WEB_API = Rule("orchestration", "web API")
 NEUTRAL = Rule("neutral", "no I/O, no tensors")
+# exec / eval run code that cannot be read: neither kind is known (the safe route, effects assumed)
+DYNAMIC = Rule("unknown", "runs code that cannot be analyzed")
 # modules of this package that hold example user code (demos): analyzed from source like the
 # user's own code, not judged as library code by their module name
 USER_CODE = Rule("user", "user code")
@@ -77,6 +81,7 @@ RULES: dict[str, Rule] = {
     **_many(TORCH, "torch", "torchvision", "torchaudio"),
     **_many(FILE, "torch.load", "torch.save", "torch.hub", "torchvision.io"),
     **_many(ARRAY_LIB, "scipy", "tensorflow", "cupy", "sklearn", "numba", "jaxtyping"),
+    **_many(ARRAY_LIB, "pandas", "polars", "xarray"),  # host data frames, as NumPy (not traceable)
     **_many(HTTP, "requests", "httpx", "urllib3", "aiohttp", "http.client", "urllib.request"),
     **_many(HTTP, "websockets", "websocket", "grpc", "xmlrpc.client", "httpcore", "webbrowser"),
     "urllib": HTTP,
@@ -105,6 +110,9 @@ RULES: dict[str, Rule] = {
     **{f"pandas.{n}": FILE for n in _PANDAS_IO.split()},
     **_many(CONSOLE, "builtins.print", "builtins.input", "builtins.breakpoint", "getpass"),
     **_many(CONSOLE, "sys.stdout", "sys.stderr", "sys.stdin"),
+    **_many(WAIT, "time.sleep", "asyncio.sleep"),  # waits: concurrency pays, no effects
+    **_many(WEB_API, "stripe", "twilio", "sendgrid", "slack_sdk", "telegram", "discord"),
+    **_many(DYNAMIC, "builtins.exec", "builtins.eval"),
 }
 
 # C modules and private implementation modules under the public name users know.
@@ -123,23 +131,40 @@ MODULE_ALIASES = {
     "_pickle": "pickle",
     "_json": "json",
     "_asyncio": "asyncio",
+    "asyncio.tasks": "asyncio",
     "_operator": "operator",
     "_functools": "functools",
     "_collections": "collections",
     "_random": "random",
 }
 
+# Methods and attributes that no builtin Python type has and arrays (NumPy, JAX, PyTorch, nablax,
+# pandas) all do: on a value whose type is unknown they are evidence that it is an array.
+# Names that lists, dicts, strings or common objects also have (count, index, copy, max, min,
+# all, any, size, round, log, sort) are left out on purpose.
+_ARRAY_METHODS = (
+    "reshape astype block_until_ready argmax argmin squeeze ndim shape dtype T mT sum mean std "
+    "var prod cumsum cumprod argsort transpose matmul dot flatten ravel permute unsqueeze "
+    "softmax log_softmax clip numel contiguous swapaxes"
+)
+ARRAY_METHOD = Rule("tensor", "array method", True)
+_MONGO = (  # document-store methods no builtin type has
+    "insert_one insert_many find_one update_one update_many delete_one delete_many replace_one "
+    "count_documents bulk_write find_one_and_update find_one_and_delete create_index"
+)
+
 # Methods whose name alone says what the receiver is, when the receiver cannot be resolved
 # (a parameter, the result of a call): Path / file / DB cursor / socket / array objects.
 METHOD_HINTS: dict[str, Rule] = {
     **{m: FILE for m in "read_text write_text read_bytes write_bytes iterdir rglob touch".split()},
+    **{m: FILE for m in "unlink rmdir mkdir symlink_to hardlink_to".split()},
     **{m: FILE for m in "to_csv to_parquet to_excel to_sql".split()},
     **{m: DB for m in "fetchall fetchone fetchmany executemany executescript".split()},
+    **{m: DB for m in _MONGO.split()},
     **{m: NET for m in "recv recv_into recvfrom sendall sendto".split()},
     **{m: HTTP for m in "iter_lines iter_content aiter_lines aiter_bytes aiter_text".split()},
     "raise_for_status": HTTP,  # requests / httpx responses: the request was just made
-    **{m: Rule("tensor", "array method", True) for m in "reshape astype block_until_ready".split()},
-    **{m: Rule("tensor", "array method", True) for m in "argmax argmin squeeze ndim shape".split()},
+    **{m: ARRAY_METHOD for m in _ARRAY_METHODS.split()},
     **{m: Rule("tensor", "PyTorch tensor method") for m in "detach cpu cuda backward".split()},
     **{m: Rule("tensor", "array-to-host method") for m in ("tolist", "item", "numpy")},
 }

@@ -4,6 +4,9 @@ Internal to :mod:`nablax.xcs.analysis`. Nothing here imports or runs user code: 
 file is parsed once (so lambdas inside larger expressions and decorated functions are found by
 line number) and the function's node is looked up by ``co_firstlineno`` and argument names.
 Strings, docstrings and comments never produce references: only ``Name``/``Attribute`` chains do.
+For effects, calls keep what their arguments are when that is knowable (a string literal such as
+an SQL statement or a file mode, a name bound to one); a nested def that is only returned
+(a decorator factory's wrapper) is not part of the function's own calls.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import types
 from dataclasses import dataclass, field
 
 CALL, ITEM, EXPR = "()", "[]", "?"  # chain elements: a call, a subscript, an unnamed expression
+PIPE = "|"  # a chain rooted at ``a | b`` (a LangChain-style composition: ``(prompt | llm).batch``)
 _MAX_FILES = 256
 _MAX_CODES = 4096
 _MUTATORS = frozenset("append extend insert update add pop popitem setdefault clear remove".split())
@@ -29,18 +33,73 @@ class Ref:
     awaited: bool = False
     imported: bool = False
     nested: bool = False  # inside a nested def or lambda (runs only if that is called)
+    calls: tuple = ()  # one ``Args`` per "()" in ``names``, in the same order
 
     @property
     def called(self) -> bool:
         return self.names[-1] == CALL
 
+    def args_at(self, index: int) -> Args | None:
+        """The arguments of the call right after ``names[index]`` (``None`` if not a call)."""
+        if index + 1 >= len(self.names) or self.names[index + 1] != CALL:
+            return None
+        k = self.names[: index + 1].count(CALL)
+        return self.calls[k] if k < len(self.calls) else None
+
     @property
     def text(self) -> str:
-        out = "" if self.names[0] == EXPR else self.names[0]
+        out = {EXPR: "", PIPE: "(... | ...)"}.get(self.names[0], self.names[0])
         for n in self.names[1:]:
             out += "(...)" if n == CALL else "[...]" if n == ITEM else "." + n
         out = out.removesuffix("(...)") or "(expression)"
         return out.lstrip(".")
+
+
+@dataclass(frozen=True)
+class Args:
+    """What a call's arguments are, as far as effects care: each is ``("s", text)`` for a string
+    literal (an f-string's leading text, the literal inside ``text("...")``), ``("n", name)`` for
+    a bare name, ``("c", repr)`` for another constant, ``("x", "")`` for anything else."""
+
+    pos: tuple[tuple[str, str], ...] = ()
+    kw: tuple[tuple[str, tuple[str, str]], ...] = ()
+
+    def get(self, index: int, keyword: str | None = None) -> tuple[str, str] | None:
+        for k, v in self.kw:
+            if k == keyword:
+                return v
+        return self.pos[index] if index < len(self.pos) else None
+
+
+def _arg(node: ast.AST) -> tuple[str, str]:
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, (str, bytes)):
+            return ("s", node.value if isinstance(node.value, str) else node.value.decode("latin1"))
+        return ("c", repr(node.value))
+    if isinstance(node, ast.JoinedStr):  # f"INSERT INTO {t} ...": its leading text
+        first = node.values[0] if node.values else None
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            return ("s", first.value)
+        return ("x", "")
+    if isinstance(node, ast.Name):
+        return ("n", node.id)
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        if isinstance(node.args[0].value, str):  # session.execute(text("DELETE ..."))
+            return ("s", node.args[0].value)
+    if isinstance(node, ast.Call):  # session.execute(select(User).where(...)): a statement
+        for name in chain_of(node)[0][:2]:
+            if name in _STATEMENTS:
+                return ("s", name.upper())
+    return ("x", "")
+
+
+_STATEMENTS = frozenset({"select", "insert", "update", "delete"})  # SQLAlchemy builders
+
+
+def _args_of(call: ast.Call) -> Args:
+    pos = tuple(_arg(a) for a in call.args if not isinstance(a, ast.Starred))
+    kw = tuple((k.arg, _arg(k.value)) for k in call.keywords if k.arg is not None)
+    return Args(pos, kw)
 
 
 @dataclass
@@ -57,6 +116,9 @@ class Facts:
     self_attrs: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)  # self.x = chain
     side_effects: list[str] = field(default_factory=list)
     has_source: bool = True
+    strings: dict[str, str] = field(default_factory=dict)  # name = "a string literal"
+    param_annotations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # x: jax.Array
+    matmul: list[int] = field(default_factory=list)  # lines using the @ operator
 
 
 @dataclass
@@ -81,8 +143,9 @@ def clear() -> None:
 # ---- chains ---------------------------------------------------------------------------------
 
 
-def chain_of(node: ast.AST) -> tuple[tuple[str, ...], list[ast.AST]]:
-    """``a.b(x)[i].c`` → (("a", "b", "()", "[]", "c"), [x, i]): the chain and its side expressions."""
+def chain_of(node: ast.AST, calls: list | None = None) -> tuple[tuple[str, ...], list[ast.AST]]:
+    """``a.b(x)[i].c`` → (("a", "b", "()", "[]", "c"), [x, i]): the chain and its side expressions
+    (and, into ``calls``, each call's node, last call first)."""
     names: list[str] = []
     side: list[ast.AST] = []
     while True:
@@ -91,6 +154,8 @@ def chain_of(node: ast.AST) -> tuple[tuple[str, ...], list[ast.AST]]:
             node = node.value
         elif isinstance(node, ast.Call):
             names.append(CALL)
+            if calls is not None:
+                calls.append(node)
             side.extend(node.args)
             side.extend(k.value for k in node.keywords)
             node = node.func
@@ -102,7 +167,8 @@ def chain_of(node: ast.AST) -> tuple[tuple[str, ...], list[ast.AST]]:
             names.append(node.id)
             break
         else:
-            names.append(EXPR)
+            pipe = isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)
+            names.append(PIPE if pipe else EXPR)
             side.append(node)
             break
     return tuple(reversed(names)), side
@@ -237,13 +303,17 @@ class _Collector(ast.NodeVisitor):
         self.facts = Facts()
         self._awaited: set[int] = set()
         self._depth = 0
+        self._defs: dict[str, tuple[int, int]] = {}  # nested def name -> its refs' index range
+        self._returned: set[str] = set()  # nested defs returned by name (`return wrapper`)
         args = node.args
         every = args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]
         self.facts.params = [a.arg for a in every if a is not None]
         self.facts.locals.update(self.facts.params)
         for a in every:
             if a is not None and a.annotation is not None:
-                self._annotation(a.annotation)
+                chain = self._annotation(a.annotation)
+                if chain is not None:
+                    self.facts.param_annotations[a.arg] = chain
         if getattr(node, "returns", None) is not None:
             self._annotation(node.returns)
         for d in [*getattr(node, "decorator_list", []), *args.defaults, *args.kw_defaults]:
@@ -252,26 +322,62 @@ class _Collector(ast.NodeVisitor):
         body = node.body if isinstance(node.body, list) else [node.body]
         for stmt in body:
             self.visit(stmt)
+        self._drop_returned_defs()
 
-    def _annotation(self, node: ast.AST) -> None:
+    def _drop_returned_defs(self) -> None:
+        """A nested def that is only returned (a decorator factory's ``deco``, a closure
+        factory's product) does not run when this function runs: its calls are not this
+        function's."""
+        loaded = {r.names[0] for r in self.facts.refs}
+        drop = [self._defs[n] for n in self._returned if n in self._defs and n not in loaded]
+        if drop:
+            refs = self.facts.refs
+            self.facts.refs = [
+                r for i, r in enumerate(refs) if not any(a <= i < b for a, b in drop)
+            ]
+
+    def _annotation(self, node: ast.AST) -> tuple[str, ...] | None:
+        """Record the names an annotation uses; return its main chain (``Optional[X]`` and
+        ``X | None`` give ``X``) when it names one class."""
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             try:  # a string annotation (from __future__ import annotations, forward refs)
                 node = ast.parse(node.value, mode="eval").body
             except SyntaxError:
-                return
+                return None
+        main = _main_annotation(node)
         for sub in ast.walk(node):
             if isinstance(sub, (ast.Name, ast.Attribute)):
                 chain = chain_of(sub)[0]
                 if chain[0] != EXPR:
                     self.facts.annotations.append(Ref(chain, getattr(sub, "lineno", 0)))
+        return main
 
     def _chain(self, node: ast.AST) -> None:
-        chain, side = chain_of(node)
+        calls: list[ast.Call] = []
+        chain, side = chain_of(node, calls)
         if chain[0] != EXPR or len(chain) > 1:
             awaited = id(node) in self._awaited
-            self.facts.refs.append(Ref(chain, node.lineno, awaited, nested=self._depth > 0))
+            args = tuple(_args_of(c) for c in reversed(calls))
+            ref = Ref(chain, node.lineno, awaited, nested=self._depth > 0, calls=args)
+            self.facts.refs.append(ref)
         for s in side:
             self.visit(s)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if isinstance(node.op, ast.MatMult):
+            self.facts.matmul.append(node.lineno)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        if isinstance(node.op, ast.MatMult):
+            self.facts.matmul.append(node.lineno)
+        self.generic_visit(node)
+
+    def visit_Return(self, node: ast.Return) -> None:
+        if isinstance(node.value, ast.Name) and node.value.id in self.facts.local_defs:
+            self._returned.add(node.value.id)  # `return wrapper`: not a use that runs it
+            return
+        self.generic_visit(node)
 
     def visit_Await(self, node: ast.Await) -> None:
         self._awaited.add(id(node.value))
@@ -299,6 +405,9 @@ class _Collector(ast.NodeVisitor):
         for t in targets:
             if isinstance(t, ast.Name):
                 self.facts.assigns.setdefault(t.id, []).extend(value_chains(node.value))
+                kind, text = _arg(node.value) if node.value is not None else ("x", "")
+                if kind == "s":
+                    self.facts.strings[t.id] = text
                 if isinstance(node.value, ast.Lambda):
                     self.facts.local_defs.add(t.id)
             elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name):
@@ -366,9 +475,28 @@ class _Collector(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self.facts.locals.add(node.name)
         self.facts.local_defs.add(node.name)
+        start = len(self.facts.refs)
         self.visit_Lambda(node)
+        self._defs[node.name] = (start, len(self.facts.refs))
 
     visit_AsyncFunctionDef = visit_FunctionDef
+
+
+def _main_annotation(node: ast.AST) -> tuple[str, ...] | None:
+    """``jax.Array`` → ("jax", "Array"); ``Optional[X]``, ``X | None`` → X's chain; else None."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        sides = [s for s in (node.left, node.right) if not _is_none(s)]
+        return _main_annotation(sides[0]) if len(sides) == 1 else None
+    if isinstance(node, ast.Subscript) and chain_of(node.value)[0][-1] == "Optional":
+        return _main_annotation(node.slice)
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        chain = chain_of(node)[0]
+        return chain if EXPR not in chain else None
+    return None
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 def mutated_roots(facts: Facts) -> set[str]:

@@ -10,10 +10,23 @@ anywhere. The evidence is read in priority order:
 3. the source (``ast``): imports and aliases (module level and inside the function), globals,
    closure cells and ``self`` attributes resolved to the objects they name, helpers followed
    recursively (depth limit, cycle guard); whole names only, strings and comments ignored;
-4. parameter and return annotations (``jax.Array``, ``np.ndarray``, ``nx.Tensor``, a client).
+4. parameter and return annotations (``jax.Array``, ``np.ndarray``, ``nx.Tensor``, a client);
+5. weak evidence, always named as such in the reasons: array methods and attributes no builtin
+   type has (``(x ** 2).sum()``, ``x.T``, ``.reshape``) and the ``@`` operator mean arrays; and
+   the *keyword fallback* for calls on objects whose type cannot be resolved (a parameter, a
+   ``None`` placeholder): ``llm.invoke(...)``, ``chain.batch(...)``, ``self.agent.run(...)``,
+   ``db.commit()`` are orchestration because of the names written there. A receiver named
+   ``model`` counts only when the function does no tensor work (``model(x)`` in PyTorch).
 
 No evidence and no source gives ``"hybrid"``, the safe route. Nothing is executed: names are read
 from module dicts, closure cells and ``inspect.getattr_static``.
+
+**Effects.** ``Classification.effects`` says whether calling the function may change something
+outside the program (see :mod:`nablax.xcs._effects`): declared by ``@mark_orchestration(effects=
+...)`` / ``@mark_hybrid(effects=...)``, else inferred for orchestration and hybrid code: writes,
+sends, posts, deletes, subprocesses, console output and anything unknown mean True; LLM calls,
+HTTP GETs, file reads and sleeps are read-only. Tensor and pure code: False. One reason starting
+with ``"effects"`` or ``"read-only"`` says why.
 
 **Caching.** :func:`classify` is called on every call inside ``xcs.jit``, so results are cached
 by the callable's identity (a bound method by its function and instance), checked against its
@@ -30,6 +43,11 @@ rebinding those, call :func:`clear_cache`.
 ('tensor', False)
 >>> c.reasons[0]
 'calls np.tanh (NumPy) at line 2'
+>>> def post(url, doc):
+...     import requests
+...     return requests.post(url, json=doc).status_code
+>>> classify(post).effects, classify(post).reasons[-1]
+(True, 'effects: calls requests.post at line 3 (writes: `post`)')
 """
 
 from __future__ import annotations
@@ -42,10 +60,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import _objects, _resolve, _rules, _source
+from . import _effects, _objects, _resolve, _rules, _source
 from ._resolve import MISSING, Analysis, Context, Evidence, FunctionAnalyzer, Unbound
 from ._target import classify_target, format_table
-from .markers import EPOCH, marker_of
+from .markers import EPOCH, effects_of, marker_of
 
 __all__ = [
     "Classification",
@@ -66,28 +84,46 @@ class Classification:
     """How ``xcs`` will run a function: ``kind`` is ``"tensor"``, ``"orchestration"``,
     ``"hybrid"`` or ``"pure"``; ``reasons`` are short sentences saying why; ``jax_traceable`` is
     True when its tensor work is JAX/nablax only (no NumPy host ops, I/O or side effects), so
-    ``jax.vmap``/``jax.grad`` can trace it.
+    ``jax.vmap``/``jax.grad`` can trace it; ``effects`` is True when calling it may change
+    something outside the program (a write, send, post, delete, subprocess, console output, or
+    unknown), False for read-only calls (LLM completions, GETs, file reads, sleeps) and for tensor
+    and pure code.
 
-    >>> Classification("pure", ("plain Python",), False).kind
-    'pure'
+    >>> Classification("pure", ("plain Python",), False).effects
+    False
     """
 
     kind: str
     reasons: tuple[str, ...]
     jax_traceable: bool
+    effects: bool = False
 
 
 @dataclass(frozen=True)
 class OperationSummary:
     """The operations :func:`analyze_operations` found, by kind (names as written in the source).
 
+    Agrees with :func:`classify`: a marked function reports ``{"marked"}`` for its marked
+    kind(s), a function with no evidence and no readable source ``{"unknown"}`` on both sides (a
+    hybrid, the safe route), a pure function two empty sets (as the seed does).
+
     >>> s = OperationSummary(frozenset({"jnp.dot"}), frozenset())
-    >>> s.only_tensor_ops, s.only_orchestration_ops, s.is_hybrid
-    (True, False, False)
+    >>> s.only_tensor_ops, s.only_orchestration_ops, s.is_hybrid, s.has_tensor_ops
+    (True, False, False, True)
+    >>> OperationSummary().has_orchestration_ops
+    False
     """
 
-    tensor_ops: frozenset[str]
-    orchestration_ops: frozenset[str]
+    tensor_ops: frozenset[str] = frozenset()
+    orchestration_ops: frozenset[str] = frozenset()
+
+    @property
+    def has_tensor_ops(self) -> bool:
+        return bool(self.tensor_ops)
+
+    @property
+    def has_orchestration_ops(self) -> bool:
+        return bool(self.orchestration_ops)
 
     @property
     def only_tensor_ops(self) -> bool:
@@ -169,10 +205,10 @@ def _fingerprint(func: Any) -> Any:
     if kind is not types.FunctionType:
         return None
     cells = func.__closure__
-    if not cells:
-        return func.__code__
+    if not cells:  # attributes set later (a marker by hand, __wrapped__) change the dict size
+        return (func.__code__, len(func.__dict__))
     try:
-        return (func.__code__, tuple([id(c.cell_contents) for c in cells]))
+        return (func.__code__, len(func.__dict__), tuple([id(c.cell_contents) for c in cells]))
     except ValueError:  # an empty cell: not cacheable yet
         return object()
 
@@ -286,15 +322,22 @@ def _library_rule(obj: Any) -> _rules.Rule | None:
 
 
 def _marked(obj: Any, kind: str, ctx: Context) -> Analysis:
-    """A marked callable: the marker decides the kind; the source still tells traceability."""
+    """A marked callable: the marker decides the kind (and ``effects=``, if declared); the source
+    still tells traceability and, undeclared, the effects."""
     under = _analyze(obj, ctx, markers=False)
     name = getattr(obj, "__qualname__", None) or type(obj).__name__
     traceable = not under.uncertain and all(e.traceable for e in under.evidence)
-    ops = tuple(o for e in under.evidence for o in e.ops)
     out = Analysis(marked=kind, side_effects=under.side_effects, complete=under.complete)
+    out.declared_fx = effects_of(obj)
+    out.fx_extra = _effects.items(under)
+    short = name.rsplit(".", 1)[-1]
+    word = _effects.own_name_writes(short) if kind in ("orchestration", "hybrid") else None
+    if word is not None and not any(s == _effects.WRITE for s, _ in out.fx_extra):
+        out.fx_extra.append((_effects.WRITE, f"its name {short} says it has effects (`{word}`)"))
     for k in ("tensor", "orchestration") if kind == "hybrid" else (kind,):
         if k != "pure":
-            out.evidence.append(Evidence(k, name, f"marked with @mark_{kind}", traceable, ops))
+            why = f"marked with @mark_{kind}"
+            out.evidence.append(Evidence(k, name, why, traceable, (name,)))
     return out
 
 
@@ -333,7 +376,8 @@ def _wrapper(obj: Any, wrapped: Any, ctx: Context) -> Analysis:
         name, rule = _objects.describe(obj) or type(obj).__name__, _library_rule(obj)
     if rule is not None and rule.kind != "neutral":
         reason = f"wrapped by {name} ({rule.what})"
-        out.evidence += _resolve.evidence_from_rule(rule, name, reason)
+        fx = (_effects.UNKNOWN, f"is wrapped by {name} ({rule.what})")
+        out.evidence += _resolve.evidence_from_rule(rule, name, reason, fx)
     return out
 
 
@@ -360,11 +404,14 @@ def _library(obj: Any, rule: _rules.Rule) -> Analysis:
         where = "standard-library" if name.split(".")[0] in _rules.STDLIB else "library"
         return Analysis(notes=[f"{name} is {where} code without I/O"])
     name = name.removeprefix("builtins.")
+    if rule.kind == "unknown":  # exec, eval
+        return Analysis(uncertain=[f"{name} {rule.what}"])
     if rule.kind == "tensor":
         reason = f"{name} is a {rule.what} operation (by its module)"
     else:
         reason = f"{name} does {rule.what} (by its module)"
-    return Analysis(evidence=_resolve.evidence_from_rule(rule, name, reason))
+    fx = _effects.of_object(name, rule) if rule.kind == "orchestration" else ("", "")
+    return Analysis(evidence=_resolve.evidence_from_rule(rule, name, reason, fx))
 
 
 def _display_name(obj: Any) -> str:
@@ -382,7 +429,8 @@ def _class(cls: type, ctx: Context) -> Analysis:
         rule = _objects.rule_for(base, _objects.describe(base))
         if rule is not None and rule.kind != "neutral":
             reason = f"subclasses {_objects.describe(base)} ({rule.what})"
-            out.evidence += _resolve.evidence_from_rule(rule, _objects.describe(base), reason)
+            fx = _effects.of_object(_objects.describe(base) or "", rule)
+            out.evidence += _resolve.evidence_from_rule(rule, _objects.describe(base), reason, fx)
             return out
     call = _objects.static_attr(cls, "__call__")
     if isinstance(call, types.FunctionType) and not _objects.is_library(call):
@@ -428,7 +476,9 @@ def _decide(a: Analysis) -> Classification:
         and not a.side_effects
         and not a.uncertain
     )
-    return Classification(kind, _reasons(a, kind), traceable)
+    effects, why = _effects.decide(a, kind, a.marked)
+    reasons = _reasons(a, kind) + ((why,) if why else ())
+    return Classification(kind, reasons, traceable, effects)
 
 
 def _reasons(a: Analysis, kind: str) -> tuple[str, ...]:
@@ -455,8 +505,20 @@ def _reasons(a: Analysis, kind: str) -> tuple[str, ...]:
 
 
 def _summary(a: Analysis) -> OperationSummary:
+    """The operations by kind, consistent with :func:`_kind` (and with the seed's sentinels)."""
+    kind = _kind(a)
+    if a.marked is not None:
+        marked = {"tensor": kind in ("tensor", "hybrid"), "orchestration": kind in _ORCH}
+        return OperationSummary(
+            *(frozenset({"marked"}) if marked[k] else frozenset() for k in _OPS)
+        )
     ops = {
-        k: frozenset(o for e in a.evidence if e.kind == k for o in e.ops)
-        for k in ("tensor", "orchestration")
+        k: frozenset(o for e in a.evidence if e.kind == k for o in e.ops or (e.op,)) for k in _OPS
     }
+    if kind == "hybrid" and not (ops["tensor"] and ops["orchestration"]):  # unknown: both sides
+        return OperationSummary(ops["tensor"] | {"unknown"}, ops["orchestration"] | {"unknown"})
     return OperationSummary(ops["tensor"], ops["orchestration"])
+
+
+_OPS = ("tensor", "orchestration")
+_ORCH = ("orchestration", "hybrid")
