@@ -11,11 +11,13 @@ concurrent executor for orchestration, both for hybrids.
   ``jax.pmap``); everything else maps items concurrently, in input order.
 - :func:`grad`: gradients of tensor and hybrid functions; orchestration raises :class:`XCSError`.
 
-Module map: ``markers.py`` (mark_*), ``analysis.py`` (classify), ``runtime.py``
-(is_tensor_value), ``futures.py`` (pending values), ``rewrite.py`` (call interception for jit),
-``engine.py`` (the jit scheduler and its plan), ``jit.py`` (jit), ``scheduler.py`` (thread pools,
-running items), ``transforms.py`` (vmap, pmap, grad),
-``loopback.py`` (a local OpenAI-compatible server for tests, demos and benchmarks).
+Module map: ``markers.py`` (mark_*), ``analysis.py`` (classify; its evidence in ``_source.py``,
+``_resolve.py``, ``_evidence.py``, ``_objects.py``, ``_rules.py``, ``_keywords.py``, effects in
+``_effects.py``), ``runtime.py`` (is_tensor_value), ``futures.py`` (pending values), ``rewrite.py``
+(call interception for jit), ``engine.py`` (the jit scheduler, its sequential rule and plan),
+``jit.py`` (jit), ``scheduler.py`` (thread pools, help-while-waiting), ``transforms.py`` (vmap,
+pmap, grad), ``stacking.py`` (per-item results), ``hybrid.py`` (orchestration calls inside
+``jax.grad``), ``loopback.py`` (a local OpenAI-compatible server for tests, demos and benchmarks).
 
 >>> from nablax import xcs
 >>> import numpy as np

@@ -1,25 +1,41 @@
 """The scheduler behind ``xcs.jit``: one ``Engine`` per invocation.
 
-Every call the jitted function makes comes here (see ``rewrite.py``) and is routed by what the
-callee is:
+**The rule.** A program under ``xcs.jit`` behaves exactly like the same program run as plain
+sequential Python: same results, same exception (the first in program order), same side effects.
+Only timing differs. A call may start early only when starting it cannot change what the program
+observably does:
 
-- **orchestration** (``classify(fn).kind == "orchestration"``): submitted at once as a graph node
-  and answered with a ``Pending``. A node whose arguments hold pending values is handed to the
-  executor only when they are all done (by completion callbacks: no worker ever blocks waiting for
-  another node, so a full pool cannot deadlock), then runs with the real values. A node whose
-  input failed fails with the same error without running.
+- a **read-only** orchestration call (an LLM completion, an HTTP GET, a file read, a sleep:
+  ``classify(fn).effects`` is False) starts as soon as its inputs are ready, speculatively: if an
+  earlier call then fails, its result is simply never used;
+- a call **with effects** (writes, sends, posts, deletes, subprocesses, ``print``, or anything
+  that cannot be classified) starts only after every earlier call in program order has succeeded,
+  and every later call waits for it (a read after a write sees the write). If an earlier call
+  failed it never runs. Inline calls with effects (``print``, ``open``, hybrids) wait the same way.
+
+**Routing.** Every call the jitted function makes comes here (see ``rewrite.py``):
+
+- **orchestration** (``classify(fn).kind == "orchestration"``): a graph node answered at once with
+  a ``Pending``. A node is handed to the executor when its inputs (and, by the rule above, the
+  calls it must follow) are done, through completion callbacks: no thread blocks waiting to
+  start a node. A node whose input failed fails with the same error without running.
 - **storing** builtins (``list.append``, ``dict.update``, ``len``, ``list``, ...): called with the
   pending values as they are, since they only hold references;
 - anything else (tensor code, pure functions, builtins, hybrids, methods of real values): called
   in the jitted function's thread after waiting for the pending values in its arguments.
 
-``drain`` waits for every node, so an invocation never returns while a call it made still runs.
+**Errors in program order.** Nodes and lazy values are numbered in program order. When the
+function returns or raises, the engine waits for every node and raises the first failure the
+program has not seen (one it read, and maybe caught, does not count), or else the function's own
+exception: an inline error after a failed call raises the call's error, as plain Python would.
+``try`` and ``with`` statements first settle every earlier call (``settle``), and calls inside
+their bodies deliver their results before the next statement (``call_now``), so handlers and
+context managers see exactly the exceptions plain Python would give them.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextvars
 import dataclasses
 import inspect
 import threading
@@ -27,11 +43,10 @@ import time
 import types
 from typing import Any
 
-from .futures import Deferred, Lazy, LazyStr, Pending, fstring, pending_in, resolve
+from . import scheduler
+from .futures import Deferred, Lazy, LazyStr, Pending, current_engine, fstring, pending_in, resolve
 
-_current: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
-    "nablax_xcs_engine", default=None
-)
+_current = current_engine
 
 _STORING_METHODS = {
     (list, "append"), (list, "extend"), (list, "insert"), (list, "copy"),
@@ -41,11 +56,17 @@ _STORING_METHODS = {
 # builtins that only hold references (a pending value used *as* the argument still waits through
 # its dunder methods: len(p) calls p.__len__)
 _STORING_BUILTINS = {len, list, tuple, dict, zip, enumerate, range, reversed, iter}
+# methods of these types are plain computations on values (no effects, never orchestration)
+_VALUE_TYPES = (str, bytes, bytearray, list, tuple, dict, set, frozenset, int, float, complex)
 
 
 @dataclasses.dataclass
 class PlanNode:
-    """One orchestration call of an invocation: times are seconds from the invocation's start."""
+    """One orchestration call of an invocation: times are seconds from the invocation's start.
+
+    ``deps`` are the calls whose results it takes (data flow); ``after`` the calls it had to wait
+    for by the sequential rule; ``effects`` whether it has external effects and ``schedule`` how it
+    was started and why (``"early: read-only (...)"``, ``"waited: has effects (...)"``, ...)."""
 
     id: int
     name: str
@@ -54,16 +75,26 @@ class PlanNode:
     start: float | None = None
     end: float | None = None
     error: str | None = None
+    effects: bool = False
+    after: tuple[int, ...] = ()
+    schedule: str = ""
     observed: bool = dataclasses.field(default=False, repr=False)  # its failure reached the code
 
     @property
     def duration(self) -> float:
         return (self.end - self.start) if self.start is not None and self.end is not None else 0.0
 
+    @property
+    def early(self) -> bool:
+        """True when it could start before the calls that precede it had finished."""
+        return not self.effects and not self.after
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """The executed call graph of one ``xcs.jit`` invocation (``f.last_plan()``)."""
+    """The executed call graph of one ``xcs.jit`` invocation (``f.last_plan()``): ``edges`` are
+    the data-flow edges ``(from, to)``; each node's ``after`` / ``schedule`` say what else it
+    waited for; ``wall_s`` is the invocation's own wall time."""
 
     nodes: tuple[PlanNode, ...]
     edges: tuple[tuple[int, int], ...]
@@ -79,7 +110,7 @@ class Plan:
                 else "      (not run)      "
             )
             err = f"  ERROR {n.error}" if n.error else ""
-            lines.append(f"  #{n.id:<3} {span}  {n.name}{deps}{err}")
+            lines.append(f"  #{n.id:<3} {span}  {n.name}{deps}  [{n.schedule}]{err}")
         return "\n".join(lines)
 
 
@@ -103,16 +134,22 @@ class Engine:
         self.executor = executor
         self.classify = classify
         self.t0 = time.perf_counter()
+        self.t_end: float | None = None
         self.nodes: list[PlanNode] = []
         self.futures: list[cf.Future] = []
+        self.lazies: list[tuple[int, Lazy]] = []  # (number of nodes before it, the value)
+        self.last_effect: int | None = None  # the latest node with effects
+        self.fatal: BaseException | None = None  # the executor failed to take work
         self.lock = threading.Lock()
         self.any_pending = False  # fast path: no lazy value exists yet, nothing to resolve
 
     # -- the runtime the rewritten function calls (as __xcs__.<name>) -----------------------------
     def call(self, fn: Any, *args: Any, **kw: Any) -> Any:
-        route = self.route(fn)
+        if self.fatal is not None:
+            raise self.fatal
+        route, c = self.route(fn)
         if route == "submit":
-            return self.submit(fn, args, kw)
+            return self.submit(fn, args, kw, c)
         if route == "store" or not self.any_pending:
             return fn(*args, **kw)
         if route == "defer":
@@ -121,32 +158,51 @@ class Engine:
             if pending_in((args, kw), []):
                 return Deferred(fn, args, kw)
             return fn(*args, **kw)
+        if c is not None and c.kind in ("orchestration", "hybrid"):
+            if _effects(c):
+                self.settle()  # every earlier call must have succeeded
+            elif self.last_effect is not None:
+                self._wait_node(self.last_effect)  # a read after a write sees the write
         return fn(*resolve(args), **resolve(kw))
 
-    def route(self, fn: Any) -> str:
+    def call_now(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        """A call inside a ``try`` or ``with`` body: it and every call it started deliver their
+        results (or exceptions) before the next statement."""
+        n0 = len(self.nodes)
+        out = self.call(fn, *args, **kw)
+        self.settle(first=n0)
+        if isinstance(out, Lazy):
+            out.value()
+        return out
+
+    def route(self, fn: Any) -> tuple[str, Any]:
+        """``(route, classification or None)``; routes: submit, store, defer, inline."""
         if isinstance(fn, Lazy):
-            return "inline"
+            return "inline", None
         if fn in _STORING_BUILTINS if _hashable(fn) else False:
-            return "store"
+            return "store", None
         owner = getattr(fn, "__self__", None)
         if isinstance(fn, types.BuiltinMethodType) and owner is not None:
             if (type(owner), fn.__name__) in _STORING_METHODS:
-                return "store"
+                return "store", None
             if type(owner) is str and fn.__name__ in ("join", "format"):
-                return "defer"  # building a prompt from pending parts stays lazy
-            return "inline"
-        if isinstance(fn, (types.BuiltinFunctionType, type)):
-            return "inline"
+                return "defer", None  # building a prompt from pending parts stays lazy
+            if isinstance(owner, _VALUE_TYPES):
+                return "inline", None
+        if isinstance(fn, type):
+            return "inline", None
         if getattr(fn, "__xcs_jit__", False):
-            return "store"  # a nested xcs.jit function runs in this engine, lazily
+            return "store", None  # a nested xcs.jit function runs in this engine, lazily
+        try:
+            c = self.classify(fn)
+        except Exception:  # noqa: BLE001 - unclassifiable: in order, after every earlier call
+            return "inline", _UNCLASSIFIED
+        if isinstance(fn, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+            return "inline", c  # builtins (print, open, ...) run in order, here
         target = getattr(fn, "__func__", fn)
         if inspect.iscoroutinefunction(target) or inspect.isgeneratorfunction(target):
-            return "inline"
-        try:
-            kind = self.classify(fn).kind
-        except Exception:  # noqa: BLE001 - unclassifiable: run in order, the safe route
-            return "inline"
-        return "submit" if kind == "orchestration" else "inline"
+            return "inline", c
+        return ("submit" if c.kind == "orchestration" else "inline"), c
 
     fstring = staticmethod(fstring)
 
@@ -158,23 +214,39 @@ class Engine:
     def is_not(a: Any, b: Any) -> bool:
         return resolve(a) is not resolve(b)
 
+    def note_lazy(self, lazy: Lazy) -> None:
+        self.lazies.append((len(self.nodes), lazy))
+
     # -- nodes ------------------------------------------------------------------------------------
-    def submit(self, fn: Any, args: tuple, kw: dict) -> Pending:
+    def submit(self, fn: Any, args: tuple, kw: dict, c: Any = None) -> Pending:
         deps = pending_in((args, kw), []) if self.any_pending else []
+        effects = _effects(c)
+        why = _why(c)
         fut: cf.Future = cf.Future()
         with self.lock:
+            i = len(self.nodes)
+            if effects:
+                after = tuple(range(i))
+                schedule = f"waited: has effects ({why}); started after every earlier call"
+            elif self.last_effect is not None:
+                after = (self.last_effect,)
+                schedule = f"waited for #{self.last_effect} (effects); read-only ({why})"
+            else:
+                after = ()
+                schedule = f"early: read-only ({why})"
             node = PlanNode(
-                len(self.nodes),
-                _name(fn),
-                tuple(sorted({d.node.id for d in deps})),
-                time.perf_counter() - self.t0,
-            )
+                i, _name(fn), tuple(sorted({d.node.id for d in deps})),
+                time.perf_counter() - self.t0, effects=effects, after=after, schedule=schedule,
+            )  # fmt: skip
             self.nodes.append(node)
             self.futures.append(fut)
             self.any_pending = True
-        waiting = [d.future for d in deps if not d.future.done()]
+            if effects:
+                self.last_effect = i
+        waits = [d.future for d in deps] + [self.futures[j] for j in after]
+        waiting = [w for w in waits if not w.done()]
         if not waiting:
-            self._start(fn, args, kw, node, fut, deps)
+            self._start(fn, args, kw, node, fut, deps, direct=True)
         else:
             counter = [len(waiting)]
             lock = threading.Lock()
@@ -184,67 +256,129 @@ class Engine:
                     counter[0] -= 1
                     last = counter[0] == 0
                 if last:
-                    self._start(fn, args, kw, node, fut, deps)
+                    self._start(fn, args, kw, node, fut, deps, direct=False)
 
             for w in waiting:
                 w.add_done_callback(ready)
         return Pending(fut, node)
 
-    def _start(self, fn, args, kw, node: PlanNode, fut: cf.Future, deps: list) -> None:
+    def _start(self, fn, args, kw, node: PlanNode, fut: cf.Future, deps: list, direct: bool):
         for d in deps:
             err = d.future.exception()
             if err is not None:  # an input failed: this call never runs, as in plain Python
                 node.error = f"input #{d.node.id} failed: {type(err).__name__}"
                 fut.set_exception(err)
                 return
+        for j in node.after:
+            err = self.futures[j].exception()
+            if err is not None and not self.nodes[j].observed:
+                # an earlier call failed, and the program has not handled it: plain Python never
+                # gets here (one it caught, or is handling in a finally block, does not count)
+                node.error = f"not run: earlier call #{j} failed ({type(err).__name__})"
+                fut.set_exception(err)
+                return
+        if node.effects:
+            for _, lazy in self._lazies_before(node.id):
+                err = lazy.error()
+                if err is not None and not lazy.observed:
+                    node.error = f"not run: an earlier expression failed ({type(err).__name__})"
+                    fut.set_exception(err)
+                    return
         if not fut.set_running_or_notify_cancel():
             return
-
-        def run() -> None:
-            node.start = time.perf_counter() - self.t0
-            try:
-                result = fn(*resolve(args), **resolve(kw))
-            except BaseException as e:  # noqa: BLE001 - delivered to whoever reads the value
-                node.end = time.perf_counter() - self.t0
-                node.error = f"{type(e).__name__}: {e}"[:200]
-                fut.set_exception(e)
-                return
-            node.end = time.perf_counter() - self.t0
-            fut.set_result(result)
-
         try:
-            self.executor.submit(run)
-        except RuntimeError as e:  # executor shut down
+            if scheduler.in_process(self.executor):
+                scheduler.submit(self.executor, self._run, fn, args, kw, node, fut)
+            else:  # another process (Dask, a process pool): the user's function, real values
+                node.start = time.perf_counter() - self.t0
+                remote = scheduler.submit(self.executor, fn, *resolve(args), **resolve(kw))
+                remote.add_done_callback(lambda r: self._finish_remote(r, node, fut))
+        except BaseException as e:  # noqa: BLE001 - the executor refused the work
+            node.error = f"the executor did not take the call: {type(e).__name__}: {e}"[:200]
             fut.set_exception(e)
+            self.fatal = e
+            if direct:
+                raise
 
-    def drain(self, raise_errors: bool = True) -> None:
-        """Wait for every node; raise the first failure (in call order) the program has not
-        seen (a failure it read, and maybe caught, is not raised again)."""
-        i = 0
-        while i < len(self.futures):  # nodes may be added while waiting (not by us, but safe)
+    def _run(self, fn, args, kw, node: PlanNode, fut: cf.Future) -> None:
+        node.start = time.perf_counter() - self.t0
+        try:
+            result = fn(*resolve(args), **resolve(kw))
+        except BaseException as e:  # noqa: BLE001 - delivered to whoever reads the value
+            node.end = time.perf_counter() - self.t0
+            node.error = f"{type(e).__name__}: {e}"[:200]
+            fut.set_exception(e)
+            return
+        node.end = time.perf_counter() - self.t0
+        fut.set_result(result)
+
+    def _finish_remote(self, remote: cf.Future, node: PlanNode, fut: cf.Future) -> None:
+        node.end = time.perf_counter() - self.t0
+        err = remote.exception() if not remote.cancelled() else cf.CancelledError()
+        if err is not None:
+            node.error = f"{type(err).__name__}: {err}"[:200]
+            fut.set_exception(err)
+        else:
+            fut.set_result(remote.result())
+
+    # -- program order ----------------------------------------------------------------------------
+    def _lazies_before(self, n: int) -> list[tuple[int, Lazy]]:
+        return [(pos, lz) for pos, lz in self.lazies if pos <= n]
+
+    def _wait_node(self, i: int) -> None:
+        scheduler.wait(self.futures[i])
+        if self.futures[i].exception() is not None:
+            self.settle(upto=i + 1)
+
+    def _events(self, first: int, upto: int):
+        """Nodes ``first..upto-1`` and the lazy values made among them, in program order:
+        ``(error or None, event)`` pairs, waiting for each."""
+        lazies = [(pos, lz) for pos, lz in self.lazies if first <= pos <= upto]
+        k = 0
+        for i in range(first, upto):
+            while k < len(lazies) and lazies[k][0] <= i:
+                yield lazies[k][1].error(), lazies[k][1]
+                k += 1
             f = self.futures[i]
-            try:
-                f.result()
-            except BaseException:
-                if raise_errors and not self.nodes[i].observed:
-                    for g in self.futures[i + 1 :]:
-                        g.cancel()
-                    self._wait_all()
-                    raise
-            i += 1
+            scheduler.wait(f)
+            yield (f.exception() if not f.cancelled() else None), self.nodes[i]
+        for _, lz in lazies[k:]:
+            yield lz.error(), lz
 
-    def _wait_all(self) -> None:
-        for f in list(self.futures):
-            try:
-                f.result()
-            except BaseException:  # noqa: BLE001, S110 - only waiting for them to stop
-                pass
+    def settle(self, first: int = 0, upto: int | None = None) -> None:
+        """Wait for the calls ``first..upto`` (default: all so far) and the lazy values made among
+        them; raise the first failure the program has not seen, as it would have been raised."""
+        upto = len(self.nodes) if upto is None else upto
+        for err, event in self._events(first, upto):
+            if err is not None and not event.observed:
+                _mark(event)
+                raise err
+
+    def finish(self, exc: BaseException | None) -> BaseException | None:
+        """At the end of an invocation (``exc``: what the function raised, or None): wait for
+        everything; return the exception to raise, the first in program order."""
+        try:
+            i = 0
+            while i < len(self.futures):  # every call ends before the invocation returns
+                scheduler.wait(self.futures[i])
+                i += 1
+            for err, event in self._events(0, len(self.nodes)):
+                if err is None:
+                    continue
+                if err is exc:
+                    break
+                if not event.observed:
+                    _mark(event)
+                    return err
+            return exc
+        finally:
+            self.t_end = time.perf_counter()
 
     # -- reports ----------------------------------------------------------------------------------
     def plan(self) -> Plan:
-        wall = time.perf_counter() - self.t0
+        end = self.t_end if self.t_end is not None else time.perf_counter()
         edges = tuple((d, n.id) for n in self.nodes for d in n.deps)
-        return Plan(tuple(self.nodes), edges, wall)
+        return Plan(tuple(self.nodes), edges, end - self.t0)
 
     def stats(self) -> Stats:
         ran = [n for n in self.nodes if n.start is not None and n.end is not None]
@@ -255,6 +389,35 @@ class Engine:
         return Stats(
             len(self.nodes), busy, span, busy / span if span > 0 else 1.0, max(busy - span, 0.0)
         )
+
+
+class _Unclassified:
+    kind = "orchestration"
+    effects = True
+    reasons = ("could not be classified: run in order, as a call with effects",)
+
+
+_UNCLASSIFIED = _Unclassified()
+
+
+def _effects(c: Any) -> bool:
+    return True if c is None else bool(getattr(c, "effects", False))
+
+
+def _mark(event: Any) -> None:
+    if isinstance(event, PlanNode):
+        event.observed = True
+    else:
+        event._mark_observed()
+
+
+def _why(c: Any) -> str:
+    if c is None:
+        return "unclassified"
+    for r in getattr(c, "reasons", ()):
+        if r.startswith(("effects", "read-only")):
+            return r
+    return "no effects found" if not _effects(c) else "effects assumed"
 
 
 def _hashable(fn: Any) -> bool:
@@ -285,11 +448,16 @@ class Runtime:
         return engine.call(fn, *args, **kw)
 
     def call_now(self, fn: Any, *args: Any, **kw: Any) -> Any:
-        """A call inside ``try``: its result (or exception) arrives before the next statement."""
-        out = self.call(fn, *args, **kw)
-        if isinstance(out, Pending):
-            out.value()
-        return out
+        engine = _current.get()
+        if engine is None:
+            return fn(*args, **kw)
+        return engine.call_now(fn, *args, **kw)
+
+    def settle(self) -> None:
+        """Before a ``try`` or ``with`` statement: earlier failures are raised outside it."""
+        engine = _current.get()
+        if engine is not None and engine.any_pending:
+            engine.settle()
 
     fstring = staticmethod(fstring)
     is_ = staticmethod(Engine.is_)

@@ -1,18 +1,40 @@
-"""Lazy values of ``xcs.jit``: ``Pending`` (the result of an orchestration call still running) and
-``LazyStr`` (a string built from pending parts with ``+`` or an f-string).
+"""Lazy values of ``xcs.jit``: ``Pending`` (the result of an orchestration call still running),
+``LazyStr`` (a string built from pending parts with ``+`` or an f-string) and ``Deferred`` (a pure
+call on pending values: ``a + b`` of two pending results, ``" ".join(parts)``).
 
 A ``Pending`` behaves like its value: any use that needs the value (an attribute, an operator,
-``bool``, ``len``, iteration, ``str``, ...) waits for it. Only two things stay lazy, because they
-only *carry* the value: storing it (in lists, dicts, variables) and building strings from it
-(``"refine: " + a``, ``f"refine: {a}"``), which give a ``LazyStr``. An orchestration call that
-receives pending values (anywhere in its arguments) is scheduled when they are ready and gets
-the real values.
+``bool``, ``len``, iteration, ``str``, ...) waits for it. Only what merely *carries* the value
+stays lazy: storing it (in lists, dicts, variables), building strings from it
+(``"refine: " + a``, ``f"refine: {a}"``) and adding two pending values. An orchestration call that
+receives lazy values (anywhere in its arguments) is scheduled when they are ready and gets the
+real values.
+
+Lazy values made during an invocation are registered with its engine: one that was never needed
+is still computed when the invocation ends, and its error (``"a" + 1``) is raised in program
+order, exactly as plain Python would have raised it at the ``+``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextvars
+import operator
 from typing import Any
+
+from . import scheduler
+
+# the engine of the xcs.jit invocation running in this thread (engine.py sets it); lazy values
+# made while it runs are registered with it, so that their errors are raised in program order
+current_engine: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "nablax_xcs_engine", default=None
+)
+
+
+def _register(lazy: Lazy) -> None:
+    eng = current_engine.get()
+    if eng is not None:
+        eng.note_lazy(lazy)
+
 
 _WAIT_DUNDERS = (
     "__bool__", "__len__", "__iter__", "__contains__", "__getitem__", "__setitem__",
@@ -27,11 +49,30 @@ _WAIT_DUNDERS = (
 
 
 class Lazy:
-    """Base of the lazy values: ``value()`` waits for and returns the real value."""
+    """Base of the lazy values: ``value()`` waits for and returns the real value (raising its
+    error, which then counts as seen by the program); ``error()`` waits and returns the error
+    without marking it seen (the engine's program-order checks use it)."""
 
     __slots__ = ()
 
-    def value(self) -> Any:  # pragma: no cover - abstract
+    def value(self) -> Any:
+        try:
+            return self._eval()
+        except BaseException:
+            self._mark_observed()
+            raise
+
+    def error(self) -> BaseException | None:
+        try:
+            self._eval()
+        except BaseException as e:  # noqa: BLE001 - reported, not raised
+            return e
+        return None
+
+    def _eval(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _mark_observed(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def done(self) -> bool:  # pragma: no cover - abstract
@@ -40,6 +81,8 @@ class Lazy:
     def __add__(self, other: Any) -> Any:
         if isinstance(other, (str, LazyStr)) or (isinstance(other, Pending) and _is_text(self)):
             return LazyStr((self, other))
+        if isinstance(other, Lazy) and not (self.done() and other.done()):
+            return Deferred(operator.add, (self, other), {})  # a + b of two pending values
         return self.value() + resolve(other)
 
     def __radd__(self, other: Any) -> Any:
@@ -87,21 +130,56 @@ class Pending(Lazy):
         object.__setattr__(self, "future", future)
         object.__setattr__(self, "node", node)
 
-    def value(self) -> Any:
-        try:
-            return self.future.result()
-        except BaseException:
-            self.node.observed = True  # the program saw this failure (it may catch it)
-            raise
+    def _eval(self) -> Any:
+        return scheduler.result(self.future)
+
+    def _mark_observed(self) -> None:
+        self.node.observed = True  # the program saw this failure (it may catch it)
 
     def done(self) -> bool:
         return self.future.done()
 
 
-class LazyStr(Lazy):
+class _Memo(Lazy):
+    """A lazy value computed once from other values (its error is kept too)."""
+
+    __slots__ = ("_state", "_result", "observed")
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_state", 0)  # 0: not computed, 1: value, 2: error
+        object.__setattr__(self, "_result", None)
+        object.__setattr__(self, "observed", False)
+        _register(self)
+
+    def _eval(self) -> Any:
+        if self._state == 0:
+            try:
+                v = self._compute()
+            except BaseException as e:  # noqa: BLE001 - kept, raised to every reader
+                object.__setattr__(self, "_result", e)
+                object.__setattr__(self, "_state", 2)
+            else:
+                object.__setattr__(self, "_result", v)
+                object.__setattr__(self, "_state", 1)
+        if self._state == 2:
+            raise self._result
+        return self._result
+
+    def _mark_observed(self) -> None:
+        object.__setattr__(self, "observed", True)
+
+    def _compute(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _eval_part(p: Any) -> Any:
+    return p._eval() if isinstance(p, Lazy) else p
+
+
+class LazyStr(_Memo):
     """A string made of literal parts and pending values, joined when it is needed."""
 
-    __slots__ = ("parts", "_joined")
+    __slots__ = ("parts",)
 
     def __init__(self, parts: tuple) -> None:
         flat: list = []
@@ -111,21 +189,19 @@ class LazyStr(Lazy):
             else:
                 flat.append(p)
         object.__setattr__(self, "parts", tuple(flat))
-        object.__setattr__(self, "_joined", None)
+        super().__init__()
 
-    def value(self) -> str:
-        if self._joined is None:
-            out = []
-            for p in self.parts:
-                v = p.value() if isinstance(p, Lazy) else p
-                if not isinstance(v, str):
-                    raise TypeError(
-                        f'can only concatenate str (not "{type(v).__name__}") to str (a value an '
-                        f"orchestration call returned, joined lazily by xcs.jit)"
-                    )
-                out.append(v)
-            object.__setattr__(self, "_joined", "".join(out))
-        return self._joined
+    def _compute(self) -> str:
+        out = []
+        for p in self.parts:
+            v = _eval_part(p)
+            if not isinstance(v, str):
+                raise TypeError(
+                    f'can only concatenate str (not "{type(v).__name__}") to str (a value an '
+                    f"orchestration call returned, joined lazily by xcs.jit)"
+                )
+            out.append(v)
+        return "".join(out)
 
     def done(self) -> bool:
         return all(p.done() for p in self.parts if isinstance(p, Lazy))
@@ -134,7 +210,7 @@ class LazyStr(Lazy):
         return [p for p in self.parts if isinstance(p, Pending)]
 
 
-class Formatted(Lazy):
+class Formatted(_Memo):
     """``format(pending, spec)`` (with ``!r`` / ``!s`` / ``!a`` conversion), done when needed: an
     f-string part."""
 
@@ -144,43 +220,54 @@ class Formatted(Lazy):
         object.__setattr__(self, "inner", inner)
         object.__setattr__(self, "conversion", conversion)
         object.__setattr__(self, "spec", spec)
+        super().__init__()
 
-    def value(self) -> str:
-        v = self.inner.value()
-        if self.conversion == ord("r"):
-            v = repr(v)
-        elif self.conversion == ord("s"):
-            v = str(v)
-        elif self.conversion == ord("a"):
-            v = ascii(v)
-        return format(v, self.spec)
+    def _compute(self) -> str:
+        return _convert(self.inner._eval(), self.conversion, self.spec)
 
     def done(self) -> bool:
         return self.inner.done()
 
 
-class Deferred(Lazy):
-    """A pure call (``str.join``, ``str.format``) on pending values, made when its value is
-    needed; an orchestration call that receives it waits for the same inputs."""
+class Deferred(_Memo):
+    """A pure call (``str.join``, ``str.format``, ``a + b``) on pending values, made when its
+    value is needed (at the latest when the invocation ends, so its error is never lost); an
+    orchestration call that receives it waits for the same inputs."""
 
-    __slots__ = ("fn", "args", "kwargs", "_done", "_value")
+    __slots__ = ("fn", "args", "kwargs")
 
     def __init__(self, fn: Any, args: tuple, kwargs: dict) -> None:
         object.__setattr__(self, "fn", fn)
         object.__setattr__(self, "args", args)
         object.__setattr__(self, "kwargs", kwargs)
-        object.__setattr__(self, "_done", False)
-        object.__setattr__(self, "_value", None)
+        super().__init__()
 
-    def value(self) -> Any:
-        if not self._done:
-            v = self.fn(*resolve(self.args), **resolve(self.kwargs))
-            object.__setattr__(self, "_value", v)
-            object.__setattr__(self, "_done", True)
-        return self._value
+    def _compute(self) -> Any:
+        return self.fn(*_eval_tree(self.args), **_eval_tree(self.kwargs))
 
     def done(self) -> bool:
-        return self._done or not pending_in((self.args, self.kwargs), [])
+        return self._state != 0 or all(p.done() for p in pending_in((self.args, self.kwargs), []))
+
+
+def _eval_tree(x: Any) -> Any:
+    """``resolve`` without marking failures as seen."""
+    if isinstance(x, Lazy):
+        return x._eval()
+    if type(x) in (list, tuple):
+        return type(x)(_eval_tree(v) for v in x)
+    if type(x) is dict:
+        return {k: _eval_tree(v) for k, v in x.items()}
+    return x
+
+
+def _convert(v: Any, conversion: int, spec: str) -> str:
+    if conversion == ord("r"):
+        v = repr(v)
+    elif conversion == ord("s"):
+        v = str(v)
+    elif conversion == ord("a"):
+        v = ascii(v)
+    return format(v, spec)
 
 
 def fstring(*parts: Any) -> Any:
@@ -197,14 +284,7 @@ def fstring(*parts: Any) -> Any:
             out.append(Formatted(v, conv, resolve(spec)))
             lazy = True
             continue
-        v = resolve(v)
-        if conv == ord("r"):
-            v = repr(v)
-        elif conv == ord("s"):
-            v = str(v)
-        elif conv == ord("a"):
-            v = ascii(v)
-        out.append(format(v, resolve(spec)))
+        out.append(_convert(resolve(v), conv, resolve(spec)))
     return LazyStr(tuple(out)) if lazy else "".join(out)
 
 

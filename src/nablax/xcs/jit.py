@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -12,7 +13,7 @@ from ..errors import XCSError
 from . import engine as _engine
 from .analysis import classify
 from .futures import resolve
-from .rewrite import rewrite
+from .rewrite import SourceUnavailable, rewrite
 from .scheduler import executor_for
 
 # ---- jit -----------------------------------------------------------------------------------------
@@ -26,7 +27,16 @@ class JitFunction:
     def __init__(self, fn: Callable, executor: cf.Executor | None, max_workers: int | None):
         functools.update_wrapper(self, fn)
         self._fn = fn
-        self._body = rewrite(fn, _engine.RUNTIME)
+        try:
+            self._body = rewrite(fn, _engine.RUNTIME)
+        except SourceUnavailable as e:  # run it as written: plain sequential Python
+            warnings.warn(
+                f"xcs.jit: {e}; {getattr(fn, '__qualname__', fn)} runs unmodified, its calls one "
+                f"after another (correct, without concurrency)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self._body = fn
         self._executor, self._max_workers = executor, max_workers
         self._last: _engine.Engine | None = None
 
@@ -36,12 +46,17 @@ class JitFunction:
         eng = _engine.Engine(executor_for(self._executor, self._max_workers), classify)
         token = _engine._current.set(eng)
         try:
-            out = resolve(self._body(*args, **kwargs))
-            eng.drain()
+            try:
+                out = resolve(self._body(*args, **kwargs))
+            except BaseException as e:
+                first = eng.finish(e)
+                if first is e:
+                    raise
+                raise first from None  # an earlier call failed: plain Python stops there
+            first = eng.finish(None)
+            if first is not None:
+                raise first
             return out
-        except BaseException:
-            eng.drain(raise_errors=False)
-            raise
         finally:
             _engine._current.reset(token)
             self._last = eng
