@@ -48,6 +48,10 @@ from .futures import Deferred, Lazy, LazyStr, Pending, current_engine, fstring, 
 
 _current = current_engine
 
+# The sequential rule (calls with effects wait for every earlier call). Only bench/bench_xcs.py
+# turns it off, to measure what the rule costs on read-only pipelines; never off otherwise.
+SEQUENTIAL_RULE = True
+
 _STORING_METHODS = {
     (list, "append"), (list, "extend"), (list, "insert"), (list, "copy"),
     (dict, "update"), (dict, "setdefault"), (dict, "copy"), (dict, "get"), (dict, "pop"),
@@ -401,6 +405,8 @@ _UNCLASSIFIED = _Unclassified()
 
 
 def _effects(c: Any) -> bool:
+    if not SEQUENTIAL_RULE:
+        return False
     return True if c is None else bool(getattr(c, "effects", False))
 
 
@@ -415,6 +421,9 @@ def _why(c: Any) -> str:
     if c is None:
         return "unclassified"
     for r in getattr(c, "reasons", ()):
+        for prefix in ("effects: ", "read-only: "):
+            if r.startswith(prefix):
+                return r[len(prefix) :]
         if r.startswith(("effects", "read-only")):
             return r
     return "no effects found" if not _effects(c) else "effects assumed"

@@ -88,11 +88,16 @@ def jit(
     :func:`classify` decides) is submitted at once and returns a pending value; a call that
     receives pending values (in its arguments, lists, dicts, or strings built with ``+`` or
     f-strings) starts when they are ready, and anything else that needs a value (an ``if``, a
-    method, tensor code) waits for it. Every call runs exactly once per invocation, dependent calls
-    in order, and the result equals plain sequential Python; orchestration functions get and
-    return real values. Calls that do not depend on each other's results may run in any order, so
-    side effects that must be ordered (write, then read) belong in one function or in a data
-    dependency. ``f.last_plan()`` and ``f.stats()`` describe the last invocation.
+    method, tensor code) waits for it. Orchestration functions get and return real values.
+
+    The program behaves exactly like plain sequential Python (results, the first exception in
+    program order, which side effects happen): read-only calls (``classify(f).effects`` False)
+    may start early; calls with effects start only after every earlier call succeeded, and later
+    calls wait for them; ``try``/``with`` bodies see their calls' exceptions. ``executor``: any
+    ``concurrent.futures.Executor`` (thread pools, process pools, Dask's
+    ``client.get_executor()``); default a shared pool of ``max_workers`` (64) threads. Nesting
+    never deadlocks. ``f.last_plan()`` (each call: inputs, timing, why it ran early or waited)
+    and ``f.stats()`` describe the last invocation (see ``engine.py``).
 
     >>> import time
     >>> from nablax import xcs
