@@ -304,3 +304,54 @@ def test_in_memory_bookkeeping_keeps_results():
     f = xcs.jit(p_bookkeeping)
     f()
     assert all(n.early for n in f.last_plan().nodes)
+
+
+@xcs.mark_hybrid(effects=True)
+def store_embedding(text):  # runs inline (a hybrid), in the jitted function's thread
+    LOG.append(f"store:{text}")
+    return len(text)
+
+
+@xcs.mark_hybrid(effects=False)
+def read_back(text):
+    return LOG.count(f"store:{text}")
+
+
+def p_inline_hybrid_effects():
+    a = llm("a", delay=0.05)
+    llm("b", fail=True, delay=0.02)
+    return store_embedding(a)
+
+
+def p_inline_read_after_write():
+    store_embedding("k")
+    return read_back("k")
+
+
+def test_inline_calls_with_effects_wait_for_earlier_calls():
+    out, effects = same_as_plain(p_inline_hybrid_effects)
+    assert out[:2] == ("raised", "ValueError") and effects == []
+    assert same_as_plain(p_inline_read_after_write) == (("ok", 1), ["store:k"])
+
+
+def p_tagged(tag):
+    a = llm(tag, delay=0.01)
+    deliver(f"{tag}-1", delay=0.01)
+    b = llm(a)
+    deliver(f"{tag}-2 {b}")
+    return b
+
+
+def test_concurrent_invocations_keep_their_own_order():
+    import concurrent.futures as cf
+
+    LOG.clear()
+    f = xcs.jit(p_tagged)
+    tags = [f"t{i}" for i in range(8)]
+    with cf.ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(f, tags))
+    assert outs == [t.upper() for t in tags]
+    for t in tags:  # each invocation's effects happened once, in its own program order
+        first = LOG.index(f"deliver:{t}-1")
+        assert LOG.index(f"deliver:{t}-2 {t.upper()}") > first
+    assert len(LOG) == 16
