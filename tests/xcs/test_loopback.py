@@ -329,3 +329,81 @@ def test_stdlib_chat_inside_xcs_jit_overlaps(server):
     assert fan("q") == [f"echo: q {i}" for i in range(6)]
     assert time.perf_counter() - t0 < 4.5 * 0.1  # one after another: 0.6 s
     assert fan.stats().calls == 6 and server.max_concurrency >= 3
+
+
+# ---- hardening: client errors are answered, never crash or print ---------------------------------
+
+
+def _raw(server, request: bytes, timeout: float = 5.0) -> bytes:
+    import socket
+
+    with socket.create_connection((server.host, server.port), timeout=timeout) as s:
+        s.sendall(request)
+        chunks = []
+        while True:
+            try:
+                data = s.recv(65536)
+            except TimeoutError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+            if b"\r\n\r\n" in b"".join(chunks):
+                head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+                n = int(
+                    next(
+                        (
+                            ln.split(b":")[1]
+                            for ln in head.split(b"\r\n")
+                            if ln.lower().startswith(b"content-length")
+                        ),
+                        b"0",
+                    )
+                )
+                if len(body) >= n:
+                    break
+        return b"".join(chunks)
+
+
+def _post(path: str, body: bytes, length: str | None = None) -> bytes:
+    n = str(len(body)) if length is None else length
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {n}\r\n\r\n"
+    ).encode() + body
+
+
+@pytest.mark.parametrize(
+    "request_bytes, status, words",
+    [
+        (_post("/v1/chat/completions", b"{}", length="abc"), 400, "not an integer"),
+        (_post("/v1/chat/completions", b"", length="-5"), 400, "negative"),
+        (_post("/v1/chat/completions", b'{"messages": ["hi"]}'), 400, "messages[0]"),
+        (_post("/v1/chat/completions", b'{"messages": [{"content": "x"}]}'), 400, "role"),
+        (_post("/v1/chat/completions", b"[1, 2]"), 400, "JSON object"),
+        (_post("/v1/chat/completions", b"x" * 10, length=str(2 << 20)), 413, "over the limit"),
+    ],
+)
+def test_client_errors_are_answered_without_tracebacks(capfd, request_bytes, status, words):
+    with LoopbackServer(latency_s=0, max_body_bytes=1 << 20) as server:
+        answer = _raw(server, request_bytes)
+        assert answer.startswith(f"HTTP/1.1 {status}".encode()), answer[:200]
+        assert words.encode() in answer
+        assert chat(server.url, "still fine") == "echo: still fine"
+    err = capfd.readouterr().err
+    assert "Traceback" not in err, err
+
+
+def test_a_silent_client_is_timed_out(capfd):
+    import socket
+    import time
+
+    with LoopbackServer(latency_s=0, socket_timeout_s=0.3) as server:
+        with socket.create_connection((server.host, server.port)) as s:
+            s.sendall(_post("/v1/chat/completions", b"", length="100"))  # promises 100 bytes
+            t = time.perf_counter()
+            s.settimeout(5.0)
+            assert s.recv(100) == b""  # the server closed the connection
+            assert time.perf_counter() - t < 3.0
+        assert chat(server.url, "next") == "echo: next"
+    assert "Traceback" not in capfd.readouterr().err

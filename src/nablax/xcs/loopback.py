@@ -23,6 +23,7 @@ import http.server
 import itertools
 import json
 import socket
+import sys
 import threading
 import time
 import urllib.error
@@ -129,6 +130,13 @@ class LoopbackServer:
             :meth:`fail_next` come first.
         retry_after_ms: the ``retry-after-ms`` header of error answers (``Retry-After: 0`` is
             sent too), so SDK retries wait only this long.
+        max_body_bytes: larger request bodies are answered 413 without being read.
+        socket_timeout_s: a connection that sends nothing for this long is closed (a client
+            that announces a body and never sends it cannot hold a handler thread forever).
+
+    Client errors (a bad ``Content-Length``, a body that is not a JSON object, a message that is
+    not an object, a body over the limit) are answered 400 / 413 in OpenAI's error format; they
+    never print tracebacks.
 
     Statistics (thread-safe): ``requests``, ``max_concurrency``, ``log`` (:class:`RequestRecord`).
 
@@ -151,8 +159,17 @@ class LoopbackServer:
         responder: Callable[[list, str], str] | None = None,
         errors: Iterable[int | None] | None = None,
         retry_after_ms: int = 1,
+        max_body_bytes: int = 1 << 20,
+        socket_timeout_s: float = 30.0,
     ) -> None:
         self.latency_s = latency_s
+        if int(max_body_bytes) < 0 or not float(socket_timeout_s) > 0:
+            raise ValueError(
+                f"LoopbackServer: max_body_bytes must be >= 0 and socket_timeout_s > 0, got "
+                f"{max_body_bytes!r} and {socket_timeout_s!r}"
+            )
+        self.max_body_bytes = int(max_body_bytes)
+        self.socket_timeout_s = float(socket_timeout_s)
         self.host, self.port = host, port
         self.responder = responder if responder is not None else _default_responder
         if isinstance(errors, list | tuple):
@@ -348,6 +365,14 @@ class _HTTPServer(http.server.ThreadingHTTPServer):
         self.connections_lock = threading.Lock()
         super().__init__(*args, **kwargs)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that disconnects, times out or sends garbage is not the server's error: no
+        traceback on stderr (socketserver prints one by default)."""
+        err = sys.exc_info()[1]
+        if isinstance(err, (OSError, ValueError, EOFError)):
+            return
+        super().handle_error(request, client_address)
+
     def close_connections(self) -> None:
         # Keep-alive connections would otherwise hold their handler threads until the client goes.
         with self.connections_lock:
@@ -365,6 +390,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server: _HTTPServer
 
     def setup(self) -> None:
+        self.timeout = (
+            self.server.owner.socket_timeout_s
+        )  # the socket's timeout (StreamRequestHandler)
         super().setup()
         with self.server.connections_lock:
             self.server.connections.add(self.connection)
@@ -386,7 +414,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _serve(self, method: str) -> None:
         owner, start = self.server.owner, time.perf_counter()
         path = self.path.split("?", 1)[0].rstrip("/")
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        length = self._content_length(owner)
+        if isinstance(length, tuple):  # a client error: answered without reading the body
+            owner._depart(path, start, length[0])
+            self.close_connection = True  # where its body ends is unknown: no keep-alive
+            self._send(*length, retry=False)
+            return
+        raw = self.rfile.read(length)
+        if len(raw) < length:  # the client went away (or timed out) mid-body
+            self.close_connection = True
+            return
         status, payload = 500, _error_body(500, "LoopbackServer: internal error")
         try:
             try:
@@ -403,6 +440,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             # Recorded before the answer leaves, so a client that got it also sees it in the log.
             owner._depart(path, start, status)
         self._send(status, payload, retry=status == 429 or status >= 500)
+
+    def _content_length(self, owner: LoopbackServer) -> int | tuple[int, dict]:
+        """The body's length, or ``(status, error body)`` for a bad or too large one."""
+        text = self.headers.get("Content-Length")
+        if text is None:
+            return 0
+        try:
+            n = int(text.strip())
+        except ValueError:
+            return 400, _error_body(400, f"bad Content-Length header {text!r}: not an integer")
+        if n < 0:
+            return 400, _error_body(400, f"bad Content-Length header {text!r}: negative")
+        if n > owner.max_body_bytes:
+            msg = f"request body of {n} bytes is over the limit of {owner.max_body_bytes} bytes"
+            return 413, _error_body(413, msg, "request_too_large")
+        return n
 
     def _route(self, owner: LoopbackServer, method: str, path: str, raw: bytes) -> tuple[int, dict]:
         routes = {
@@ -432,6 +485,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return 400, _error_body(400, "'messages' must be a non-empty list", "invalid_value")
+        for i, m in enumerate(messages):
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+                msg = f"messages[{i}] must be an object with a string 'role', got {m!r:.80}"
+                return 400, _error_body(400, msg, "invalid_value")
         time.sleep(owner.latency_s)
         return 200, owner._chat_completion(body)
 
