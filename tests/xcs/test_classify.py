@@ -588,12 +588,26 @@ def test_analyze_operations_agrees_with_classify():
         )
 
     clear_cache()
+    unknown = 0
     for name, obj, _, _ in corpus_cases():
-        assert implied(analyze_operations(obj)) == classify(obj).kind, name
+        c, s = classify(obj), analyze_operations(obj)
+        if "routed as hybrid, the safe choice" in c.reasons:  # no evidence: nothing to list
+            unknown += 1
+            assert not s.has_tensor_ops and not s.has_orchestration_ops, name
+            continue
+        assert implied(s) == c.kind, name
+    assert unknown >= 1  # the corpus has such functions (a DSPy predictor given as argument)
+    # The seed's summaries list operations found, never a placeholder: a function without source
+    # (exec) and one that only calls what it is given are routed as hybrids, with empty sets.
+    # (Before, both reported {"unknown"} on both sides.)
     ns: dict = {}
     exec("def f(x):\n    return x + 1\n", ns)
-    assert analyze_operations(ns["f"]) == OperationSummary(
-        frozenset({"unknown"}), frozenset({"unknown"})
-    )
+
+    def apply(model, x):
+        return model(x)
+
+    for fn in (ns["f"], apply):
+        assert classify(fn).kind == "hybrid"
+        assert analyze_operations(fn) == OperationSummary(frozenset(), frozenset())
     assert OperationSummary() == OperationSummary(frozenset(), frozenset())
     assert not OperationSummary().has_tensor_ops and not OperationSummary().is_hybrid

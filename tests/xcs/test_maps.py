@@ -3,6 +3,7 @@ arguments, and what has_tensor_values finds (nablax/xcs/transforms.py, runtime.p
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
 
@@ -66,12 +67,54 @@ def test_pytree_results_are_stacked_leaf_by_leaf():
     assert out["label"] == ["A", "BANANA", "KIWI"] and out["n"] == [1, 6, 4]
     np.testing.assert_array_equal(doubled, 2 * LOOP)
 
-    # no array anywhere: a list of the items' results, in input order
+    # no array, a dict holding a string (a record): a list of the items' results, in input order
     records = xcs.vmap(xcs.mark_orchestration(lambda t: {"t": t, "n": len(t)}))(TEXTS)
     assert records == [{"t": t, "n": len(t)} for t in TEXTS]
     # arrays of different shapes cannot be stacked: a list too
     ragged = xcs.vmap(xcs.mark_orchestration(lambda t: np.zeros(len(t))))(TEXTS)
     assert [r.shape for r in ragged] == [(1,), (6,), (4,)]
+
+
+def test_array_free_tuples_and_number_dicts_come_back_by_position():
+    """Without arrays, as the seed's fallback does: a tuple of outputs becomes a tuple of lists
+    and a dict of numbers a dict of lists (before, both stayed a list of per-item results)."""
+    loop = [(len(t), t.upper(), t.count("a")) for t in TEXTS]
+
+    @xcs.mark_orchestration
+    def facts(text):
+        return len(text), text.upper(), text.count("a")
+
+    for mapped in (xcs.vmap(facts), xcs.pmap(facts)):
+        assert mapped(TEXTS) == tuple(list(column) for column in zip(*loop))
+
+    @xcs.mark_orchestration
+    def counts(text):
+        return {"n": len(text), "share": text.count("a") / len(text), "long": len(text) > 4}
+
+    got = xcs.vmap(counts)(TEXTS)
+    assert isinstance(got, dict) and list(got) == ["long", "n", "share"]  # sorted, as jax's
+    assert got == {k: [counts(t)[k] for t in TEXTS] for k in ("n", "share", "long")}
+
+    Pair = collections.namedtuple("Pair", "word size")
+    pairs = xcs.vmap(xcs.mark_orchestration(lambda t: Pair(t, len(t))))(TEXTS)
+    assert isinstance(pairs, Pair) and pairs == Pair(TEXTS, [1, 6, 4])
+
+    nested = xcs.vmap(xcs.mark_orchestration(lambda t: {"size": (len(t), -len(t))}))(TEXTS)
+    assert nested == {"size": ([1, 6, 4], [-1, -6, -4])}
+    # arrays keep jax.vmap's stacking inside such results; numbers beside them become lists
+    mixed = xcs.vmap(xcs.mark_orchestration(lambda t: {"vec": embed(t), "n": len(t)}))(TEXTS)
+    np.testing.assert_array_equal(mixed["vec"], LOOP)
+    assert mixed["n"] == [1, 6, 4]
+    # a string in any item's dict: records stay a list; so do lists and differing structures
+    some = xcs.vmap(xcs.mark_orchestration(lambda t: {"v": t if t == "kiwi" else len(t)}))(TEXTS)
+    assert some == [{"v": 1}, {"v": 6}, {"v": "kiwi"}]
+    assert xcs.vmap(xcs.mark_orchestration(lambda t: [t, len(t)]))(TEXTS) == [
+        [t, len(t)] for t in TEXTS
+    ]
+    odd = xcs.vmap(xcs.mark_orchestration(lambda t: (t,) * len(t)))(["a", "bb"])
+    assert odd == [("a",), ("bb", "bb")]
+    with pytest.raises(xcs.XCSError, match="does not match the structure"):
+        xcs.vmap(facts, out_axes=(0, 0))(TEXTS)  # out_axes is checked against the tuple
 
 
 def test_out_axes_as_jax_vmap():

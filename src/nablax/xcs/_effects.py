@@ -136,6 +136,18 @@ def verb_status(name: str) -> tuple[str | None, str]:
     return found
 
 
+def _creates_completion(name: str) -> bool:
+    """``create_completion``, ``createChatCompletion``: the name of an LLM request (as the SDKs'
+    ``completions.create``), whose only write verb is ``create``."""
+    words = set(tokens(name))
+    return (
+        "create" in words and bool(words & _LLM_PRODUCTS) and not words & _WRITE_VERBS - {"create"}
+    )
+
+
+_LLM_PRODUCTS = frozenset("completion completions embedding embeddings".split())
+
+
 def own_name_writes(name: str) -> str | None:
     """The write verb in a function's own name (``send_invoice``), if it says it has effects."""
     status, word = verb_status(name)
@@ -197,6 +209,8 @@ def of_call(
         decided = _by_arguments(name, args, strings, at)
         if decided is not None:
             return decided
+    if rule.what in ("LLM API", "an LLM call") and _creates_completion(name):
+        return READ, f"{at} (an LLM completion: `create` asks the model, it stores nothing)"
     status, word = verb_status(name)
     if status is not None:
         return status, f"{at} ({'writes' if status == WRITE else 'reads'}: `{word}`)"

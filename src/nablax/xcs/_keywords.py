@@ -6,6 +6,11 @@ receiver (it is a parameter, a ``None`` placeholder, an attribute set from a par
 always said in the reasons ("keyword fallback: ..."). Words are whole identifier words
 (``qa_chain`` ends with *chain*; ``chat_history`` ends with *history*, so it is not an LLM), and
 container methods (``append``, ``items``, ``clear``, ...) never count, whatever the receiver.
+
+A name bound nowhere (an undefined global, a global still ``None``) that is called directly is
+judged by any of its words: LLM words and *completion* mean an LLM call (``create_completion``),
+array-operation words a tensor operation (``matmul``, ``batched_einsum``). A called parameter
+keeps its stricter rule: its kind is known only at run time unless its name names an LLM.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ _NEED_QUALIFIER = frozenset({"index", "store"})
 _MODEL = frozenset({"model", "models"})  # an LLM or a neural network: decided by the caller
 # the methods of a LangChain-style runnable, on a ``a | b`` composition
 _RUNNABLE = frozenset("invoke ainvoke batch abatch stream astream run arun".split())
+# words that, in the name of an undefined function called directly, say what it computes
+_COMPLETION = frozenset({"completion", "completions"})
+ARRAY_OP = _rules.Rule("tensor", "an array operation")
+_ARRAY_WORDS = frozenset("matmul einsum tensordot logsumexp softmax".split())
 # methods distinctive of LLM / retrieval frameworks, on any receiver
 LLM_METHODS = frozenset(
     """invoke ainvoke abatch astream astream_events astream_log acomplete achat acompletion
@@ -77,18 +86,28 @@ def is_model(name: str) -> bool:
     return bool(words) and words[-1] in _MODEL and category(name) is None
 
 
+def array_word(name: str) -> str | None:
+    """The array-operation word in the name of an undefined function, if any.
+
+    >>> array_word("batched_matmul"), array_word("format_row")
+    ('matmul', None)
+    """
+    return next((w for w in tokens(name) if w in _ARRAY_WORDS), None)
+
+
 def _library(name: str) -> _rules.Rule | None:
     rule = _rules.RULES.get(name)
     return rule if rule is not None and rule.kind == "orchestration" else None
 
 
 def fallback(
-    names: tuple[str, ...], self_name: str | None, direct_param: bool
+    names: tuple[str, ...], self_name: str | None, direct_param: bool, undefined: bool = False
 ) -> tuple[_rules.Rule, int, str, bool] | None:
     """``(rule, index of the call's name, what suggests it, ambiguous)`` for the first call in
     ``names`` (an unresolved chain), or None. ``ambiguous`` (a receiver named ``model``) means:
     use it only if the function has no tensor evidence. ``direct_param``: ``names`` calls a
-    parameter directly (``llm(prompt)``)."""
+    parameter directly (``llm(prompt)``); ``undefined``: it calls a name bound nowhere
+    (``create_completion(text)``)."""
     if "()" not in names[1:]:
         return None
     k = names.index("()", 1)
@@ -106,7 +125,10 @@ def fallback(
         rule = category(callee)
         if rule in (LLM, AGENT):
             return rule, k - 1, f"the name `{callee}`", False
-        if direct_param and any(_WORDS.get(w) in (LLM, AGENT) for w in tokens(callee)):
+        words = tokens(callee)
+        if (direct_param or undefined) and any(_WORDS.get(w) in (LLM, AGENT) for w in words):
+            return LLM, k - 1, f"the name `{callee}`", False
+        if undefined and any(w in _COMPLETION for w in words):
             return LLM, k - 1, f"the name `{callee}`", False
         return None
     for i, name in enumerate(reversed(receivers)):

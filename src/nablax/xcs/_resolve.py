@@ -374,6 +374,15 @@ class FunctionAnalyzer:
         if found >= 0:
             return True
         name = names[0]
+        word = _keywords.array_word(name) if len(names) > 1 and names[1] == CALL else None
+        if word is not None and self._undefined(name):  # matmul(a, b), matmul undefined
+            text = Ref(names[:1], ref.line).text
+            why = (
+                f"keyword fallback: calls {text} at line {ref.line} (an undefined name; the word "
+                f"`{word}` suggests {_keywords.ARRAY_OP.what})"
+            )
+            self.result.evidence += evidence_from_rule(_keywords.ARRAY_OP, text, why, weak=True)
+            return True
         if ref.nested:
             return False
         if len(names) > 1 and names[1] == CALL and self._dynamic(name):  # fn(x), fn(x).attr
@@ -422,7 +431,8 @@ class FunctionAnalyzer:
                 found = i
                 break
         direct = names[1:] == (CALL,) and self._dynamic(names[0])
-        hit = _keywords.fallback(names, self._self_name(), direct)
+        undefined = len(names) > 1 and names[1] == CALL and self._undefined(names[0])
+        hit = _keywords.fallback(names, self._self_name(), direct, undefined)
         if hit is None or hit[1] == found:  # the method name already said it
             return found
         rule, i, word, ambiguous = hit  # the first call: session.delete(...).raise_for_status()
@@ -450,6 +460,18 @@ class FunctionAnalyzer:
         fx = self._fx(ref, i, _rules.DB)
         self.result.evidence += evidence_from_rule(_rules.DB, text, why, fx)
         return True
+
+    def _undefined(self, name: str) -> bool:
+        """A name bound nowhere the analysis can see: no parameter, local, import (here or at
+        module level), closure value, global or builtin of that name, or a global still ``None``
+        (``create_completion = None``, set later)."""
+        f = self.facts
+        if name in f.locals or name in f.imports or name == self._self_name():
+            return False
+        if self.file is not None and name in self.file.imports:
+            return False
+        val = self._outer(name)
+        return val.obj is MISSING and val.path is None and val.cls is None
 
     def _dynamic(self, name: str) -> bool:
         """A call of a parameter or loop variable (``fn(x)``, ``for step in steps: step(x)``)."""

@@ -103,9 +103,12 @@ class Classification:
 class OperationSummary:
     """The operations :func:`analyze_operations` found, by kind (names as written in the source).
 
-    Agrees with :func:`classify`: a marked function reports ``{"marked"}`` for its marked
-    kind(s), a function with no evidence and no readable source ``{"unknown"}`` on both sides (a
-    hybrid, the safe route), a pure function two empty sets (as the seed does).
+    A marked function reports ``{"marked"}`` for its marked kind(s). Otherwise only operations
+    actually found are listed, never a placeholder (as the seed does): a pure function, and one
+    whose kind cannot be known (no source and no other evidence, or it only calls a callable it
+    is given, as in ``model(x)``), give empty sets where nothing was found, although
+    :func:`classify` routes the latter as ``"hybrid"`` (the safe route). Whenever
+    :func:`classify` rests on evidence, the summary implies the same kind.
 
     >>> s = OperationSummary(frozenset({"jnp.dot"}), frozenset())
     >>> s.only_tensor_ops, s.only_orchestration_ops, s.is_hybrid, s.has_tensor_ops
@@ -167,6 +170,14 @@ def analyze_operations(func: Any) -> OperationSummary:
     ...     return jnp.mean(jnp.dot(x, w) ** 2)
     >>> sorted(analyze_operations(loss).tensor_ops)
     ['jnp.dot', 'jnp.mean']
+
+    Only operations found are listed: calling a callable it is given tells nothing, although
+    :func:`classify` routes such a function the safe way.
+
+    >>> def apply(model, x):
+    ...     return model(x)
+    >>> analyze_operations(apply).has_orchestration_ops, classify(apply).kind
+    (False, 'hybrid')
     """
     key = _key(func)
     entry = _CACHE.get(key)
@@ -505,19 +516,16 @@ def _reasons(a: Analysis, kind: str) -> tuple[str, ...]:
 
 
 def _summary(a: Analysis) -> OperationSummary:
-    """The operations by kind, consistent with :func:`_kind` (and with the seed's sentinels)."""
-    kind = _kind(a)
+    """The operations found, by kind: ``{"marked"}`` for a marker, else the evidence's names
+    (nothing for what is only uncertain: the seed's summaries hold no placeholder)."""
     if a.marked is not None:
+        kind = a.marked
         marked = {"tensor": kind in ("tensor", "hybrid"), "orchestration": kind in _ORCH}
         return OperationSummary(
             *(frozenset({"marked"}) if marked[k] else frozenset() for k in _OPS)
         )
-    ops = {
-        k: frozenset(o for e in a.evidence if e.kind == k for o in e.ops or (e.op,)) for k in _OPS
-    }
-    if kind == "hybrid" and not (ops["tensor"] and ops["orchestration"]):  # unknown: both sides
-        return OperationSummary(ops["tensor"] | {"unknown"}, ops["orchestration"] | {"unknown"})
-    return OperationSummary(ops["tensor"], ops["orchestration"])
+    ops = [frozenset(o for e in a.evidence if e.kind == k for o in e.ops or (e.op,)) for k in _OPS]
+    return OperationSummary(*ops)
 
 
 _OPS = ("tensor", "orchestration")

@@ -122,13 +122,51 @@ class Plan:
 class Stats:
     """``f.stats()``: calls of the last invocation, their summed time, the wall time, the overlap
     (summed call time / wall time of the calls) and the time saved against running them one
-    after another."""
+    after another.
+
+    Also a read-only mapping with the seed's keys (its ``f.stats()`` is a dict): ``"optimized"``
+    (the calls overlapped enough to pay: overlap > 1.2, the seed's threshold on its speedup
+    estimate), ``"status"`` (``"compiled"`` if so, else ``"fallback"``), ``"reason"``
+    (``"no_parallelism"``, present only when not optimized) and the five fields by name.
+
+    >>> s = Stats(calls=0, busy_s=0.0, wall_s=0.0, overlap=0.0, saved_s=0.0)
+    >>> s["status"], s["optimized"], "reason" in s, s.get("hits", 0), s.calls
+    ('fallback', False, True, 0, 0)
+    """
 
     calls: int
     busy_s: float
     wall_s: float
     overlap: float
     saved_s: float
+
+    def keys(self) -> tuple[str, ...]:
+        names = tuple(f.name for f in dataclasses.fields(self))
+        return ("status", "optimized", *names) + (() if self.overlap > 1.2 else ("reason",))
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.keys():
+            raise KeyError(
+                f"xcs.jit(f).stats()[{key!r}]: no such key. Fix: one of {', '.join(self.keys())}"
+            )
+        seed = {"optimized": self.overlap > 1.2, "reason": "no_parallelism"}
+        seed["status"] = "compiled" if seed["optimized"] else "fallback"
+        return seed[key] if key in seed else getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self.keys() else default
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, self[k]) for k in self.keys()]
 
 
 class Engine:

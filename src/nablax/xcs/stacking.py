@@ -89,19 +89,42 @@ def _axes_per_leaf(out_axes: Any, tree: Any, path: str, api: str) -> list:
     )
 
 
+def _numbers(x: Any) -> bool:
+    return isinstance(x, (bool, int, float, complex)) or _array(x)
+
+
+def _by_position(first: Any, columns: list) -> bool:
+    """Array-free results that still come back leaf by leaf (as the seed's fallback does):
+    tuples (a function's several outputs), and dicts whose values are all numbers."""
+    if not columns:
+        return False
+    if isinstance(first, tuple):
+        return True
+    return isinstance(first, dict) and all(_numbers(x) for c in columns for x in c)
+
+
 def stack_results(results: list, out_axes: Any, api: str) -> Any:
     """Per-item results as ``jax.vmap`` would return them.
 
-    Array leaves are stacked along ``out_axes`` (NumPy arrays with ``np.stack``, jax arrays with
-    ``jnp.stack``, nablax Tensors with ``nx.stack``), leaf by leaf through tuples, lists, dicts
-    and registered pytrees; other leaves in the same position become a list. Results holding no
-    array (strings, numbers, objects) stay a list in input order. ``out_axes=None``: every item
-    must give the same result, returned once (else :class:`XCSError`).
+    Results of the same structure come back leaf by leaf when they hold arrays: array leaves are
+    stacked along ``out_axes`` (NumPy arrays with ``np.stack``, jax arrays with ``jnp.stack``,
+    nablax Tensors with ``nx.stack``) through tuples, lists, dicts and registered pytrees, and
+    other leaves in the same position become a list. Without arrays, as the seed does, tuples
+    also come back position by position (a tuple of lists) and dicts of numbers key by key (a
+    dict of lists); anything else (strings, lists, dicts holding strings, objects, results of
+    different structures) stays a list in input order. ``out_axes=None``: every item must give
+    the same result, returned once (else :class:`XCSError`).
 
     >>> import numpy as np
     >>> stack_results([(np.ones(2), "a"), (np.zeros(2), "b")], 0, "vmap")
     (array([[1., 1.],
            [0., 0.]]), ['a', 'b'])
+    >>> stack_results([{"n": 1, "ok": True}, {"n": 2, "ok": False}], 0, "vmap")
+    {'n': [1, 2], 'ok': [True, False]}
+    >>> stack_results([("a", 1), ("b", 2)], 0, "vmap")
+    (['a', 'b'], [1, 2])
+    >>> stack_results([{"q": "a"}, {"q": "b"}], 0, "vmap")
+    [{'q': 'a'}, {'q': 'b'}]
     >>> stack_results(["x", "y"], 0, "vmap"), stack_results(["same", "same"], None, "vmap")
     (['x', 'y'], 'same')
     """
@@ -114,7 +137,7 @@ def stack_results(results: list, out_axes: Any, api: str) -> Any:
     if any(td != treedef for _, td in flat[1:]):
         return list(results)  # items of different structure: nothing to stack leaf by leaf
     columns = [list(c) for c in zip(*(leaves for leaves, _ in flat))]
-    if not any(_stackable(c) for c in columns):
+    if not any(_stackable(c) for c in columns) and not _by_position(results[0], columns):
         return list(results)
     axes = _axes_per_leaf(out_axes, results[0], "", api)
     out = []

@@ -230,7 +230,9 @@ def vmap(
 
     Results are put together as ``jax.vmap`` would: array results (NumPy, JAX, nablax) are stacked
     along ``out_axes``, leaf by leaf through tuples and dicts, with non-array leaves in the same
-    position collected in a list; results without arrays stay a list. ``out_axes=None``: every
+    position collected in a list. Results without arrays: tuples come back position by position
+    and dicts of numbers key by key (as the seed does); anything else stays a list in input
+    order. ``out_axes=None``: every
     item must give the same result, returned once (else :class:`XCSError`).
 
     >>> import numpy as np
