@@ -2,29 +2,41 @@
 
 Run from the repository root (needs the ``openai`` SDK of the ``test`` extra)::
 
-    python bench/bench_xcs.py                 # about 45 s on 2 cores (--quick: 30 s)
+    python bench/bench_xcs.py                 # about 95 s on 2 cores (--quick: about 45 s)
     python bench/bench_xcs.py --quick --out xcs.json
 
 The server is :class:`nablax.xcs.loopback.LoopbackServer` on 127.0.0.1, in a child process so that
 its CPU time and GIL are not charged to the client, as with a real API (``--server thread`` runs
-it in this process). Cases:
+it in this process). Calls come in three flavours: the stdlib ``loopback.chat`` helper, the
+official sync SDK client, and ``time.sleep`` (no client CPU: the scheduler alone). Cases:
 
-- **64 chat calls at 100 ms through** ``xcs.vmap``, with a function calling the official sync SDK
-  client and with the stdlib ``loopback.chat`` helper: wall time against the ideal
+- **64 chat calls at 100 ms through** ``xcs.vmap`` (SDK and stdlib): wall time against the ideal
   ``latency x ceil(64 / workers)`` (workers: how many items the vmap runs at once, probed and
   reported). Target: <= 1.5x. References: the same calls on a hand-written
   ``ThreadPoolExecutor``, ``asyncio.gather`` of 64 ``openai.AsyncOpenAI`` calls in this process,
   and the client's CPU floor (64 sequential calls at latency 0: threads in one process cannot
   overlap that part, so it bounds any thread-based map).
-- **fan-out/fan-in under** ``xcs.jit``: 1 call, 18 independent calls on its result, 1 call joining
-  them (20 calls at 50 ms): wall time against the critical path (3 x 50 ms). Target: <= 1.1x the
-  critical path + 5 ms; with the stdlib helper, the sync SDK, and ``time.sleep`` calls (no client
-  CPU: the scheduler alone). Reference: the same graph written by hand on a thread pool.
-- **scheduling overhead**: the same graph of no-op orchestration functions (latency 0), per call,
-  ``xcs.jit`` minus plain sequential Python. Target: <= 200 µs.
+- **3-level read-only pipeline under** ``xcs.jit`` (fan-out/fan-in): 1 call, 18 independent calls
+  on its result, 1 call joining them (20 calls at 50 ms), in each flavour. Reported as ratios of
+  its wall time to plain sequential Python (20 x 50 ms; ideal 0.15x) and to the critical path
+  (3 x 50 ms). Target: wall <= 1.1x the critical path + 5 ms. Reference: the same graph written by
+  hand on a thread pool.
+- **cost of the sequential rule** (calls with effects wait for every earlier call; read-only calls
+  start early): the read-only pipelines above (3x the rounds), and the same graph of no-op calls
+  (latency 0, where scheduling is all there is; 200 single runs per round), with
+  ``engine.SEQUENTIAL_RULE`` True (as shipped) and False (every call treated as read-only, as
+  before the rule), taking turns each round. Target: the median of the per-round ratios on/off
+  <= 1.05 for every pipeline.
+- **pipeline with effects**: the fan-out's 18 reads, then 2 writes declared
+  ``@xcs.mark_orchestration(effects=True)``, then a read of what they wrote (22 calls at 50 ms).
+  Under the rule the reads overlap, each write starts after every earlier call and the read after
+  the last write: critical path 5 x 50 ms. Target: wall <= 1.1x that + 5 ms; the result, and the
+  order of the writes, equal plain Python's (also shown: the rule off returns a wrong result).
+- **scheduling overhead**: the no-op graph (latency 0), per call, ``xcs.jit`` minus plain
+  sequential Python. Target: <= 200 µs.
 
-Contenders take turns each round; medians reported; every result is checked against plain
-sequential Python.
+Contenders take turns each round (in an order rotated every round); medians reported; every result
+of every timed run is checked against plain sequential Python.
 """
 
 from __future__ import annotations
@@ -43,25 +55,61 @@ import time
 
 import openai
 
-from _common import environment  # bench/ is on sys.path when run as a script
+from _common import environment, verdict  # bench/ is on sys.path when run as a script
 from _common import fmt as _fmt
 from nablax import xcs
+from nablax.xcs import engine as xcs_engine
+from nablax.xcs import scheduler as xcs_scheduler
 from nablax.xcs.loopback import LoopbackServer, chat
 
 N_MAP, MAP_LATENCY = 64, 0.100
 N_BRANCH, FAN_LATENCY = 18, 0.050
+RULE_TARGET = 1.05  # the sequential rule may cost at most 5% on read-only pipelines
 USER = "user"
 
 
-def _interleave(fns: dict, rounds: int) -> dict:
-    """Median wall seconds of each function; they take turns, one run each per round."""
-    walls: dict = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
+def _rounds(fns: dict, rounds: int) -> dict[str, list[float]]:
+    """Wall seconds of each function per round; they take turns, one run each per round, in an
+    order rotated every round (no contender always runs right after the same one)."""
+    names = list(fns)
+    walls: dict = {k: [] for k in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
             t0 = time.perf_counter()
-            fn()
+            fns[name]()
             walls[name].append(time.perf_counter() - t0)
-    return {k: statistics.median(v) for k, v in walls.items()}
+    return walls
+
+
+def _interleave(fns: dict, rounds: int) -> dict:
+    """Median wall seconds of each function (see :func:`_rounds`)."""
+    return {k: statistics.median(v) for k, v in _rounds(fns, rounds).items()}
+
+
+def _median_ratio(walls: dict, a: str, b: str) -> float:
+    """Median over rounds of ``walls[a][i] / walls[b][i]`` (the two ran in the same round)."""
+    return statistics.median(x / y for x, y in zip(walls[a], walls[b]))
+
+
+def _same(what: str, got, expected):
+    """``got``, after checking that it equals plain sequential Python's ``expected``."""
+    if got != expected:
+        raise AssertionError(
+            f"bench_xcs: {what}: the result differs from plain sequential Python: "
+            f"{str(got)[:120]!r} != {str(expected)[:120]!r}"
+        )
+    return got
+
+
+def _rule(flag: bool, fn):
+    """``fn()`` with ``engine.SEQUENTIAL_RULE`` set to ``flag``; the previous value is restored."""
+    saved = xcs_engine.SEQUENTIAL_RULE
+    xcs_engine.SEQUENTIAL_RULE = flag
+    try:
+        return fn()
+    finally:
+        xcs_engine.SEQUENTIAL_RULE = saved
 
 
 def _sdk_ask(client):
@@ -152,7 +200,7 @@ def vmap_workers(max_workers) -> int:
         with lock:
             state["active"] += 1
             state["peak"] = max(state["peak"], state["active"])
-        time.sleep(0.05)
+        time.sleep(0.25)  # long enough for every worker thread to start, even on a busy machine
         with lock:
             state["active"] -= 1
         return i
@@ -167,13 +215,18 @@ def _vmap_case(server, fn, rounds: int, max_workers, workers: int) -> tuple[dict
     once (less than ``workers`` when the client's CPU work spreads the requests out)."""
     prompts = [f"prompt {i}" for i in range(N_MAP)]
     mapped = xcs.vmap(fn, max_workers=max_workers)
+    server.latency_s = 0  # plain sequential Python's results (the latency does not change them)
     expected = [fn(p) for p in prompts]
-    assert mapped(prompts) == expected  # also warms threads and connections
+    server.latency_s = MAP_LATENCY
+    _same("xcs.vmap", mapped(prompts), expected)  # also warms threads and connections
     server.reset_stats()
     with cf.ThreadPoolExecutor(workers) as pool:
-        assert list(pool.map(fn, prompts)) == expected
         walls = _interleave(
-            {"xcs": lambda: mapped(prompts), "pool": lambda: list(pool.map(fn, prompts))}, rounds
+            {
+                "xcs": lambda: _same("xcs.vmap", mapped(prompts), expected),
+                "pool": lambda: _same("pool", list(pool.map(fn, prompts)), expected),
+            },
+            rounds,
         )
     return walls, server.max_concurrency
 
@@ -210,7 +263,7 @@ def _gather_case(server, rounds: int) -> float:
     return statistics.median(asyncio.run(run()) for _ in range(rounds))
 
 
-# ---- case 2: a fan-out/fan-in graph under xcs.jit ------------------------------------------------
+# ---- case 2: a 3-level read-only pipeline under xcs.jit, with the sequential rule on and off ----
 
 
 def make_fan(ask):
@@ -235,24 +288,42 @@ def make_pool_fan(ask, pool):
     return fan
 
 
-def _fan_case(ask, rounds: int, max_workers) -> tuple[dict, object]:
-    """Median wall times of the jitted fan graph and the hand-written one, and xcs.jit's stats."""
+def _fan_case(ask, rounds: int, max_workers) -> tuple[dict, dict, object]:
+    """Wall times per round of plain Python, the jitted fan graph with the sequential rule on and
+    off, and the hand-written one; the rule on and off over 3x as many rounds; xcs.jit's stats."""
     plain = make_fan(ask)
     jitted = xcs.jit(plain, max_workers=max_workers)
     expected = plain("q")
-    assert jitted("q") == expected, "xcs.jit result differs from plain Python"
-    if jitted.stats().calls != N_BRANCH + 2:  # reported, not fatal: the timing shows the cost
-        kind = xcs.classify(ask).kind
+    _same("xcs.jit", jitted("q"), expected)
+    early = sum(n.early for n in jitted.last_plan().nodes)
+    if jitted.stats().calls != N_BRANCH + 2 or early != N_BRANCH + 2:  # reported, not fatal
+        c = xcs.classify(ask)
         print(
             f"- warning: xcs.jit ran {jitted.stats().calls} of {N_BRANCH + 2} calls of "
-            f"{ask.__qualname__} as orchestration calls (xcs.classify says {kind!r})",
+            f"{ask.__qualname__} as orchestration calls, {early} started early (xcs.classify "
+            f"says {c.kind!r}, effects={c.effects}): not the read-only pipeline intended",
             flush=True,
         )
+    rule_on_off = {
+        "xcs": lambda: _same("xcs.jit", jitted("q"), expected),
+        "rule_off": lambda: _same("rule off", _rule(False, lambda: jitted("q")), expected),
+    }
+    rule_on_off["rule_off"]()
     with cf.ThreadPoolExecutor(N_BRANCH) as pool:
         by_hand = make_pool_fan(ask, pool)
-        assert by_hand("q") == expected
-        walls = _interleave({"xcs": lambda: jitted("q"), "pool": lambda: by_hand("q")}, rounds)
-    return walls, jitted.stats()
+        _same("thread pool", by_hand("q"), expected)
+        walls = _rounds(
+            {
+                "plain": lambda: _same("plain", plain("q"), expected),
+                **rule_on_off,
+                "pool": lambda: _same("thread pool", by_hand("q"), expected),
+            },
+            rounds,
+        )
+    # the rule costs little: more rounds of the two runs that compare it
+    more = _rounds(rule_on_off, 2 * rounds)
+    rule = {k: walls[k] + more[k] for k in more}
+    return walls, rule, jitted.stats()
 
 
 @xcs.mark_orchestration
@@ -268,22 +339,95 @@ def sleepy(x):
     return x
 
 
-def _overhead_case(rounds: int, max_workers) -> tuple[float, float]:
-    """Seconds per call of the no-op fan graph: plain sequential Python and ``xcs.jit``."""
+def _overhead_case(rounds: int, max_workers) -> dict:
+    """Wall seconds of single runs of the no-op fan graph, 200 rounds per round asked for: plain
+    sequential Python and ``xcs.jit`` with the sequential rule on and off. A run takes ~2 ms whose
+    thread hand-offs vary a lot; many short rounds make the median ratio on/off steady."""
     plain = make_fan(noop)
     jitted = xcs.jit(plain, max_workers=max_workers)
-    assert jitted("q") == plain("q")
-    calls, reps = N_BRANCH + 2, 100
-    for _ in range(10):  # warm
-        jitted("q")
-    walls = _interleave(
+    expected = plain("q")
+    _same("xcs.jit (no-op)", jitted("q"), expected)
+    for _ in range(50):  # warm
+        _same("xcs.jit (no-op)", jitted("q"), expected)
+        _same("rule off (no-op)", _rule(False, lambda: jitted("q")), expected)
+    return _rounds(
         {
-            "plain": lambda: [plain("q") for _ in range(reps)],
-            "jit": lambda: [jitted("q") for _ in range(reps)],
+            "plain": lambda: _same("plain (no-op)", plain("q"), expected),
+            "xcs": lambda: _same("xcs.jit (no-op)", jitted("q"), expected),
+            "rule_off": lambda: _same("rule off", _rule(False, lambda: jitted("q")), expected),
         },
-        rounds,
+        rounds * 200,
     )
-    return walls["plain"] / (reps * calls), walls["jit"] / (reps * calls)
+
+
+# ---- case 3: a pipeline with effects ------------------------------------------------------------
+
+
+def make_effects(ask):
+    """The fan-out's reads, 2 writes (declared with effects) to ``log``, a read of what they wrote;
+    every call takes one ``ask`` (a write is a send of the same latency)."""
+
+    @xcs.mark_orchestration(effects=True)
+    def write(log, key, value):
+        ask(f"write {key}")
+        log.append((key, value))
+        return key
+
+    @xcs.mark_orchestration(effects=False)
+    def lookup(log, key):
+        ask(f"read {key}")
+        return dict(log).get(key)
+
+    def pipeline(q, log):
+        a = ask(q)
+        parts = [ask(f"branch {i}: {a}") for i in range(N_BRANCH)]
+        write(log, "draft", a)  # needs only `a`: waits for the 18 reads by the rule alone
+        write(log, "summary", " | ".join(parts))
+        return lookup(log, "summary")  # no data dependency: waits for the writes by the rule
+
+    return pipeline
+
+
+def _check_effect_plan(plan) -> None:
+    """Under the rule: the 19 reads start early, each write after every earlier call ended, the
+    last read after the last write (it waits for nothing else)."""
+    nodes, n = plan.nodes, N_BRANCH + 1
+    ok = (
+        len(nodes) == n + 3
+        and all(x.early for x in nodes[:n])
+        and all(nodes[i].effects and nodes[i].after == tuple(range(i)) for i in (n, n + 1))
+        and not nodes[n + 2].effects
+        and nodes[n + 2].after == (n + 1,)
+        and all(nodes[i].start >= max(x.end for x in nodes[:i]) for i in (n, n + 1, n + 2))
+    )
+    if not ok:
+        raise AssertionError(f"bench_xcs: the effects pipeline broke the sequential rule\n{plan}")
+
+
+def _effects_case(ask, rounds: int, max_workers) -> tuple[dict, dict]:
+    """Wall times per round of the effects pipeline under xcs.jit and as plain Python, each run
+    checked (result, order of the writes, plan); and one run with the rule off, for contrast."""
+    plain = make_effects(ask)
+    jitted = xcs.jit(plain, max_workers=max_workers)
+    plain_log: list = []
+    expected = plain("q", plain_log)
+
+    def run(fn, what):
+        log: list = []
+        _same(what, fn("q", log), expected)
+        _same(f"{what}: order of the writes", log, plain_log)
+        if fn is jitted:
+            _check_effect_plan(jitted.last_plan())
+
+    run(jitted, "xcs.jit with effects")
+    walls = _rounds(
+        {"plain": lambda: run(plain, "plain"), "xcs": lambda: run(jitted, "xcs.jit")}, rounds
+    )
+    off_log: list = []
+    t0 = time.perf_counter()
+    off = _rule(False, lambda: jitted("q", off_log))
+    wall = time.perf_counter() - t0
+    return walls, dict(wall_s=wall, same_result=off == expected, same_writes=off_log == plain_log)
 
 
 # ---- report --------------------------------------------------------------------------------------
@@ -302,20 +446,42 @@ def _row(case, measured_s, reference_s, target=None, scale=1e3, unit="ms") -> di
     }
 
 
-def _print_table(rows: list[dict]) -> None:
-    print("| case | measured | reference | ratio | target | verdict |")
-    print("|---|---:|---:|---:|---|---|")
+def _cell(ok) -> str:
+    return "—" if ok is None else verdict(ok)
+
+
+def _markdown(header: list[str], lines: list[list[str]]) -> None:
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for cells in lines:
+        print("| " + " | ".join(cells) + " |")
+
+
+def _print_tables(rows: list[dict], pipelines: list[dict], rule: list[dict]) -> None:
+    lines = []
     for r in rows:
         unit = "ms" if "measured_ms" in r else "us"
-        m, ref = r[f"measured_{unit}"], r[f"reference_{unit}"]
+        m, ref, u = r[f"measured_{unit}"], r[f"reference_{unit}"], " µs" if unit == "us" else " ms"
         ratio = "—" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         target = "—" if r["target"] is None else f"<= {r['target']:.3g}x"
-        verdict = "—" if r["ok"] is None else ("ok" if r["ok"] else "MISS")
-        unit_s = "µs" if unit == "us" else unit
-        print(
-            f"| {r['case']} | {_fmt(m)} {unit_s} | {_fmt(ref)} {unit_s} | {ratio} | {target} "
-            f"| {verdict} |"
-        )
+        lines.append([r["case"], _fmt(m) + u, _fmt(ref) + u, ratio, target, _cell(r["ok"])])
+    _markdown(["case", "measured", "reference", "ratio", "target", "verdict"], lines)
+    print()
+    _markdown(
+        ["xcs.jit pipeline", "wall", "plain Python", "wall/plain", "critical path", "wall/crit",
+         "target", "verdict", "thread pool by hand"],
+        [[r["case"], f"{_fmt(r['wall_ms'])} ms", f"{_fmt(r['plain_ms'])} ms",
+          f"{r['vs_plain']:.3f}x", f"{_fmt(r['critical_ms'])} ms", f"{r['vs_critical']:.2f}x",
+          f"<= {r['target']:.3g}x", _cell(r["ok"]),
+          "—" if r["pool_ms"] is None else f"{_fmt(r['pool_ms'])} ms"] for r in pipelines],
+    )  # fmt: skip
+    print()
+    _markdown(
+        ["read-only pipeline", "rule on (shipped)", "rule off", "median ratio on/off per round",
+         "target", "verdict"],
+        [[r["case"], f"{_fmt(r['on_ms'])} ms", f"{_fmt(r['off_ms'])} ms", f"{r['ratio']:.3f}x",
+          f"<= {r['target']:.3g}x", _cell(r["ok"])] for r in rule],
+    )  # fmt: skip
 
 
 def run_map(server, rounds: int, max_workers) -> tuple[list[dict], dict]:
@@ -346,36 +512,58 @@ def run_map(server, rounds: int, max_workers) -> tuple[list[dict], dict]:
     return rows, extra
 
 
-def run_fan(server, rounds: int, max_workers) -> tuple[list[dict], dict]:
+def _pipeline_row(case, walls: dict, critical_s: float) -> dict:
+    """Wall/plain and wall/critical path; target: <= 1.1 x the critical path + 5 ms."""
+    wall, plain = statistics.median(walls["xcs"]), statistics.median(walls["plain"])
+    target = 1.1 + 0.005 / critical_s
+    pool = statistics.median(walls["pool"]) * 1e3 if "pool" in walls else None
+    return dict(case=case, wall_ms=wall * 1e3, plain_ms=plain * 1e3, vs_plain=wall / plain,
+                critical_ms=critical_s * 1e3, vs_critical=wall / critical_s, target=target,
+                ok=wall / critical_s <= target, pool_ms=pool)  # fmt: skip
+
+
+def _rule_row(case, walls: dict) -> dict:
+    """Rule on vs off: the median over rounds of the ratio of the two runs of the round."""
+    on, off = (statistics.median(walls[k]) * 1e3 for k in ("xcs", "rule_off"))
+    ratio = _median_ratio(walls, "xcs", "rule_off")
+    return dict(case=case, on_ms=on, off_ms=off, ratio=ratio, target=RULE_TARGET,
+                ok=ratio <= RULE_TARGET)  # fmt: skip
+
+
+def run_fan(server, rounds: int, max_workers) -> tuple[list[dict], list[dict], list[dict], dict]:
     server.latency_s = FAN_LATENCY
     client = openai.OpenAI(base_url=server.url, api_key="bench", max_retries=0)
-    crit = 3 * FAN_LATENCY
-    target = 1.1 + 0.005 / crit  # <= 1.1 x critical path + 5 ms
-    std, std_stats = _fan_case(_stdlib_ask(server.url), rounds, max_workers)
-    sdk, sdk_stats = _fan_case(_sdk_ask(client), rounds, max_workers)
-    slp, _ = _fan_case(sleepy, rounds, max_workers)
-    plain_s, jit_s = _overhead_case(rounds, max_workers)
-    fan, by_hand = (
-        "xcs.jit fan-out/fan-in, 20 {} @50 ms",
-        "same graph by hand on a thread pool ({})",
-    )
-    rows = [
-        _row(fan.format("stdlib calls"), std["xcs"], crit, target),
-        _row(by_hand.format("stdlib"), std["pool"], crit),
-        _row(fan.format("SDK calls"), sdk["xcs"], crit, target),
-        _row(by_hand.format("SDK"), sdk["pool"], crit),
-        _row(fan.format("time.sleep calls (no client CPU)"), slp["xcs"], crit, target),
-        _row(by_hand.format("time.sleep"), slp["pool"], crit),
+    flavours = {
+        "stdlib calls": _stdlib_ask(server.url),
+        "SDK calls": _sdk_ask(client),
+        "time.sleep calls": sleepy,
+    }
+    pipelines, rule, extra = [], [], {}
+    for name, ask in flavours.items():
+        walls, rule_walls, stats = _fan_case(ask, rounds, max_workers)
+        case = f"fan-out/fan-in, 20 {name} @50 ms"
+        pipelines.append(_pipeline_row(case, walls, 3 * FAN_LATENCY))
+        rule.append(_rule_row(case, rule_walls))
+        extra[f"fan_stats_{name.split()[0]}"] = str(stats)
+    noop_walls = _overhead_case(rounds, max_workers)
+    rule.append(_rule_row("no-op fan-out/fan-in (latency 0)", noop_walls))
+    calls = N_BRANCH + 2
+    plain_s = statistics.median(noop_walls["plain"]) / calls
+    jit_s = statistics.median(noop_walls["xcs"]) / calls
+    overhead = [
         _row("xcs.jit scheduling overhead per call (no-op, latency 0) vs 200 µs budget",
              jit_s - plain_s, 200e-6, 1.0, 1e6, "us"),
     ]  # fmt: skip
-    extra = {
-        "fan_stats_stdlib": str(std_stats),
-        "fan_stats_sdk": str(sdk_stats),
-        "noop_plain_us_per_call": plain_s * 1e6,
-        "noop_jit_us_per_call": jit_s * 1e6,
-    }
-    return rows, extra
+    extra.update(noop_plain_us_per_call=plain_s * 1e6, noop_jit_us_per_call=jit_s * 1e6)
+    for name in ("stdlib calls", "time.sleep calls"):
+        walls, off = _effects_case(flavours[name], rounds, max_workers)
+        case = f"18 reads, 2 writes (effects), 1 read; {name.split()[0]} @50 ms"
+        pipelines.append(_pipeline_row(case, walls, 5 * FAN_LATENCY))
+        extra[f"effects_rule_off_{name.split()[0]}"] = (
+            f"{off['wall_s'] * 1e3:.0f} ms, result equals plain Python: {off['same_result']}, "
+            f"writes equal: {off['same_writes']} (the read no longer waits for the writes)"
+        )
+    return pipelines, rule, overhead, extra
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -393,25 +581,40 @@ def main(argv: list[str] | None = None) -> int:
     rounds = 3 if args.quick else 7
     t_start = time.perf_counter()
     env = environment(None)
+    workers = args.workers or xcs_scheduler.DEFAULT_WORKERS
     print(f"{env}, openai {openai.__version__}", flush=True)
+    print(f"- threads: xcs pool max_workers {workers}, {threading.active_count()} at start; "
+          f"rounds {rounds}", flush=True)  # fmt: skip
     server = LoopbackServer(latency_s=0) if args.server == "thread" else ServerProcess()
     print(f"- loopback server: {args.server} ({type(server).__name__})", flush=True)
-    with server:
-        map_rows, map_extra = run_map(server, rounds, args.workers)
-        fan_rows, fan_extra = run_fan(server, rounds, args.workers)
-    rows, extra = map_rows + fan_rows, {**map_extra, **fan_extra}
+    try:
+        with server:
+            map_rows, map_extra = run_map(server, rounds, args.workers)
+            pipelines, rule, overhead, fan_extra = run_fan(server, rounds, args.workers)
+    finally:
+        xcs_engine.SEQUENTIAL_RULE = True  # never left off, whatever failed
+    rows, extra = map_rows + overhead, {**map_extra, **fan_extra}
     print()
-    _print_table(rows)
+    _print_tables(rows, pipelines, rule)
     print()
     for k, v in extra.items():
         print(f"- {k}: {_fmt(v) if isinstance(v, float) else v}")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if load > (os.cpu_count() or 1):
-        print(f"- warning: load average {load:.1f} on {os.cpu_count()} cores: timings are noisy")
+    checked = [r for r in rows + pipelines + rule if r["ok"] is not None]
+    misses = [r["case"] for r in checked if not r["ok"]]
+    print(f"- targets: {len(checked) - len(misses)} PASS, {len(misses)} MISS {misses or ''}")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    print(f"- threads at end {threading.active_count()}; load average {load[0]:.2f} "
+          f"{load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")  # fmt: skip
+    if load[0] > (os.cpu_count() or 1):
+        print(f"- warning: load average {load[0]:.1f} on {os.cpu_count()} cores: timings are noisy")
     print(f"- total benchmark time {time.perf_counter() - t_start:.1f} s")
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"environment": env, "rows": rows, **extra}, f, indent=2)
+            json.dump(
+                {"environment": env, "rows": rows, "pipelines": pipelines, "rule": rule, **extra},
+                f,
+                indent=2,
+            )
     return 0
 
 
