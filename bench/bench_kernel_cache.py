@@ -17,6 +17,8 @@ timings, as an autotuned entry has), then:
   new process pays it. Target: median <= 50 ms.
 - for reference, the memory ``ConfigCache.get`` hit that sits on the executor's hot path
   (target ~1 µs).
+- **4 writers**: 4 processes put 200 new keys each into one fresh file at the same time.
+  Target: 0 entries lost (800 stored).
 
 Times are per call (``time.perf_counter`` around each call), medians reported.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing
 import os
 import random
 import statistics
@@ -114,6 +117,35 @@ def measure(path: str, n: int) -> dict:
     return out
 
 
+def _writer(path: str, w: int, n: int, start) -> None:
+    cache = PersistentCache(path)
+    start.wait()  # all writers start together, so that they really overlap
+    for i in range(n):
+        cache.put(DEVICE, OP, f"w{w}-{i}", _cfg(i), timings=_timings(i))
+    cache.close()
+
+
+def writers(path: str, n_procs: int = 4, n_puts: int = 200) -> dict:
+    """``n_procs`` processes put ``n_puts`` keys each at once; count what the file holds."""
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    procs = [ctx.Process(target=_writer, args=(path, w, n_puts, start)) for w in range(n_procs)]
+    for p in procs:
+        p.start()
+    time.sleep(3.0)  # let every child import nablax before the start signal
+    t0 = time.perf_counter()
+    start.set()
+    for p in procs:
+        p.join(300)
+    seconds = time.perf_counter() - t0
+    failed = [p.exitcode for p in procs if p.exitcode != 0]
+    cache = PersistentCache(path)
+    keys = {e.call_key for e in cache.entries(resolve=False)}
+    cache.close()
+    want = {f"w{w}-{i}" for w in range(n_procs) for i in range(n_puts)}
+    return {"writers_lost": len(want - keys), "writers_failed": failed, "writers_s": seconds}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer timed calls")
@@ -123,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     print(environment(None), flush=True)
     with tempfile.TemporaryDirectory() as d:
         res = measure(os.path.join(d, "kernels.sqlite"), 1000 if args.quick else 5000)
+        res.update(writers(os.path.join(d, "writers.sqlite")))
     rows = [
         ("PersistentCache.put, new key (ms)", res["put_s"] * 1e3, 1.0),
         ("PersistentCache.get, hit (µs)", res["get_s"] * 1e6, 20.0),
@@ -136,8 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"| {case} | {_fmt(value)} | <= {_fmt(target)} | {'ok' if value <= target else 'MISS'} |"
         )
+    lost, failed = res["writers_lost"], res["writers_failed"]
+    print(
+        f"| 4 writers x 200 puts: entries lost | {lost} | 0 | "
+        f"{'ok' if lost == 0 and not failed else 'MISS'} |"
+    )
     print()
     print(f"- filling {N_ENTRIES} entries one put at a time took {res['fill_s']:.1f} s")
+    print(f"- 4 writers x 200 puts took {res['writers_s']:.2f} s (exit codes not 0: {failed})")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if load > (os.cpu_count() or 1):
         print(f"- warning: load average {load:.1f} on {os.cpu_count()} cores: medians are noisy")

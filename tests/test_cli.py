@@ -182,3 +182,57 @@ def test_classify_a_file_of_a_package_keeps_its_relative_imports(capsys):
     assert cli.main(["classify", str(Path(xdemo.__file__))]) == 0
     lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.strip()}
     assert "orchestration" in lines["summarize"] and "hybrid" in lines["pipeline"]
+
+
+# --- numbers are validated; classify reports what the file's top-level code did -----------------
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--steps", "0"], ["--steps", "from 1 to 1000000", "got 0"]),
+        (["--steps", "-5"], ["--steps", "got -5"]),
+        (["--steps", "2.5"], ["--steps", "got '2.5'"]),
+        (["--lr", "0"], ["--lr", "> 0"]),
+        (["--lr", "nan"], ["--lr", "got nan"]),
+        (["--lr", "inf"], ["--lr", "got inf"]),
+        (["--hidden", "0"], ["--hidden", "from 1 to 4096"]),
+        (["--seed", "-1"], ["--seed", "from 0"]),
+    ],
+)
+def test_demo_numbers_out_of_range_exit_2_with_one_line(capsys, argv, words):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["demo", *argv])
+    assert e.value.code == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "\n" not in err and err.startswith("nablax demo: argument ")
+    assert "Traceback" not in err and captured.out == ""
+    for w in words:
+        assert w in err
+
+
+def test_classify_reports_top_level_sys_exit_and_errors(tmp_path, capsys):
+    exits = tmp_path / "script_exits.py"
+    exits.write_text("import sys\n\ndef f(x):\n    return x\n\nsys.exit(7)\n")
+    assert cli.main(["classify", str(exits)]) == 1
+    err = capsys.readouterr().err
+    assert "sys.exit(7)" in err and "top-level code" in err and '__name__ == "__main__"' in err
+    assert "\n" not in err.strip()
+    raises = tmp_path / "script_raises.py"
+    raises.write_text("def f(x):\n    return x\n\nrate = 1 / 0\n")
+    assert cli.main(["classify", str(raises)]) == 1
+    err = capsys.readouterr().err
+    assert "ZeroDivisionError: division by zero" in err and f"{raises}, line 4" in err
+    missing_import = tmp_path / "script_imports.py"
+    missing_import.write_text("import no_such_package_xyz\n")
+    assert cli.main(["classify", str(missing_import)]) == 1
+    assert "ModuleNotFoundError" in capsys.readouterr().err
+    assert cli.main(["classify", str(tmp_path / "missing.py")]) == 2  # no such file: usage
+
+
+def test_classify_help_says_the_top_level_code_runs(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["classify", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "top-level code RUNS" in text and 'if __name__ == "__main__":' in text

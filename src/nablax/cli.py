@@ -10,9 +10,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import runpy
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 _BENCH_SCRIPT = Path("bench") / "bench_eager.py"
 
@@ -82,10 +84,11 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     calls = common_calls(ops, quick=args.quick)
     if args.recorded:
         calls += recorded_calls(ex.chooser.persistent)
-    print(
-        f"nablax tune: {len(calls)} call(s) on {_device()} -> {ex.chooser.persistent.path}",
-        flush=True,
-    )
+    store = ex.chooser.persistent
+    where = "nowhere (no persistent cache)" if store is None else str(store.path)
+    if store is not None and store.mode != "read-write":
+        where += f" ({store.mode}: new configs stay in this process)"
+    print(f"nablax tune: {len(calls)} call(s) on {_device()} -> {where}", flush=True)
     with policy_override(ex.chooser, allow_autotune=True, cache_miss_fallback="autotune"):
         tune_calls(ex, calls, force=args.force)
     return 0
@@ -98,28 +101,44 @@ def _device() -> str:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from .kernels import PersistentCache
+    from .kernels._dbfile import inspect
+    from .kernels._dbmisc import resolve_path
+    from .kernels.cache import CacheFileError, PersistentCache
     from .kernels.tuning import describe_entry, entry_row
 
-    store = PersistentCache(args.path)
-    if args.action == "clear":
-        n = store.delete(args.op)
-        print(f"nablax cache: removed {n} entr{'y' if n == 1 else 'ies'} from {store.path}")
-        return 0
-    entries = store.entries(args.op)
+    # A path, never ejKernel's op name: a Path object is not mistaken for one.
+    path = resolve_path(None if args.path is None else Path(args.path))
+    store = None
+    try:
+        if args.action == "clear":
+            if inspect(path).kind in ("missing", "empty"):
+                print(f"nablax cache: no kernel database at {path}; nothing to clear")
+                return 0
+            store = PersistentCache(path, fallback=False)  # refuses instead of degrading
+        else:  # list and show only read: nothing is created, renamed or written
+            store = PersistentCache(path, read_only=True)
+        if args.action == "clear":
+            n = store.delete(args.op)
+            print(f"nablax cache: removed {n} entr{'y' if n == 1 else 'ies'} from {store.path}")
+            return 0
+        entries = store.entries(args.op, resolve=False)  # shown as text: no class is rebuilt
+    except CacheFileError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    finally:
+        if store is not None:
+            store.close()
     if args.action == "show":
         if not args.key:
             print("nablax cache show: give a call key (or its prefix) or an op id", file=sys.stderr)
             return 2
         hits = [e for e in entries if e.call_key.startswith(args.key) or e.op_id == args.key]
         if not hits:
-            print(
-                f"nablax cache show: nothing matches {args.key!r} in {store.path}", file=sys.stderr
-            )
+            print(f"nablax cache show: nothing matches {args.key!r} in {path}", file=sys.stderr)
             return 1
         print("\n\n".join(describe_entry(e) for e in hits))
         return 0
-    print(f"{store.path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
+    print(f"{path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
     for e in entries:
         r = entry_row(e)
         print(
@@ -134,28 +153,108 @@ def _cmd_classify(args: argparse.Namespace) -> int:
 
     try:
         rows = classify_target(args.target)
-    except (ImportError, OSError, SyntaxError, ValueError) as e:
+    except (OSError, SyntaxError) as e:
         print(f"nablax classify: can't read {args.target!r}: {e}", file=sys.stderr)
         return 2
+    except (ValueError, TypeError) as e:
+        if str(e).startswith("xcs.classify_target"):  # no such file or module: a usage error
+            print(f"nablax classify: {e}", file=sys.stderr)
+            return 2
+        print(_top_level_failure(args.target, e), file=sys.stderr)
+        return 1
+    except SystemExit as e:  # the file's top-level code called sys.exit
+        code = e.code
+        print(
+            f"nablax classify: importing {args.target} runs its top-level code, which called "
+            f"sys.exit({code!r}); nothing was classified. Fix: put the script part of the file "
+            f'under `if __name__ == "__main__":` so that importing it only defines functions.',
+            file=sys.stderr,
+        )
+        return 1
+    except Exception as e:  # noqa: BLE001 - any error of the user's top-level code
+        print(_top_level_failure(args.target, e), file=sys.stderr)
+        return 1
     print(format_table(rows))
     return 0
 
 
+def _top_level_failure(target: str, e: BaseException) -> str:
+    """One line: which exception the target's top-level code raised, and where."""
+    where = ""
+    tb = e.__traceback__
+    full = str(Path(target).resolve()) if Path(target).exists() else None
+    while tb is not None:  # the innermost frame in the target file, else the innermost one
+        name = tb.tb_frame.f_code.co_filename
+        if full is None or str(Path(name).resolve()) == full:
+            where = f" at {name}, line {tb.tb_lineno}"
+        tb = tb.tb_next
+    return (
+        f"nablax classify: importing {target} runs its top-level code, which raised "
+        f"{type(e).__name__}: {e}{where}; nothing was classified. Fix: correct that code, or put "
+        f'the script part of the file under `if __name__ == "__main__":`.'
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``nablax demo: argument --steps: ...``), exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+def _number(kind: type, low: float, high: float, what: str, low_open: bool = False):
+    """An argparse type: ``kind`` (int or float) within [low, high] (low excluded if
+    ``low_open``), finite; the error names the range."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        ok = math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
+        if not ok:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in some messages
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="nablax",
         description="nablax: lazy-eager tensors on XLA, tunable kernels, and orchestration.",
     )
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
     d = sub.add_parser(
         "demo", help="train a small MLP with nx.value_and_grad in eager nablax (a few seconds)"
     )
-    d.add_argument("--steps", type=int, default=300, help="gradient steps (default 300)")
-    d.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
-    d.add_argument("--hidden", type=int, default=32, help="units per hidden layer (default 32)")
-    d.add_argument("--seed", type=int, default=0, help="data and init seed (default 0)")
+    d.add_argument(
+        "--steps",
+        type=_number(int, 1, 1_000_000, "an integer from 1 to 1000000"),
+        default=300,
+        help="gradient steps, 1 to 1000000 (default 300)",
+    )
+    d.add_argument(
+        "--lr",
+        type=_number(float, 0.0, 100.0, "a number > 0 and <= 100", low_open=True),
+        default=0.1,
+        help="learning rate, > 0 and <= 100 (default 0.1)",
+    )
+    d.add_argument(
+        "--hidden",
+        type=_number(int, 1, 4096, "an integer from 1 to 4096"),
+        default=32,
+        help="units per hidden layer, 1 to 4096 (default 32)",
+    )
+    d.add_argument(
+        "--seed",
+        type=_number(int, 0, 2**32 - 1, "an integer from 0 to 2**32-1"),
+        default=0,
+        help="data and init seed, 0 to 2**32-1 (default 0)",
+    )
     d.set_defaults(func=_cmd_demo)
 
     b = sub.add_parser("bench", help="eager-overhead benchmark vs NumPy / JAX / PyTorch")
@@ -174,7 +273,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     t.set_defaults(func=_cmd_tune)
 
-    c = sub.add_parser("cache", help="list, show or clear the persistent kernel config database")
+    c = sub.add_parser(
+        "cache",
+        help="list, show or clear the persistent kernel config database",
+        description="list and show only read the database (nothing is created, renamed or "
+        "written); clear removes entries. A path that is not a nablax kernel database, or a "
+        "cache folder that cannot be used, is reported with exit code 2.",
+    )
     c.add_argument("action", nargs="?", choices=["list", "show", "clear"], default="list")
     c.add_argument("key", nargs="?", help="show: a call key (prefix) or op id")
     c.add_argument("--op", help="only entries of this versioned op id (e.g. matmul@v1)")
@@ -182,16 +287,31 @@ def _parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_cache)
 
     k = sub.add_parser(
-        "classify", help="classify the functions of a .py file or module for nablax.xcs"
+        "classify",
+        help="classify the functions of a .py file or module for nablax.xcs (imports it: its "
+        "top-level code runs)",
+        description="Classify every function and class of a .py file or module for nablax.xcs. "
+        "The target is imported, so its top-level code RUNS, as with `python FILE` or `import "
+        'module`; keep script code under `if __name__ == "__main__":`. An exception or '
+        "sys.exit in that code is reported in one line (exit code 1).",
     )
-    k.add_argument("target", metavar="PATH_OR_MODULE", help="a .py file or an importable module")
+    k.add_argument(
+        "target",
+        metavar="PATH_OR_MODULE",
+        help="a .py file or an importable module (imported: its top-level code runs)",
+    )
     k.set_defaults(func=_cmd_classify)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the ``nablax`` command line with ``argv`` (default ``sys.argv[1:]``); return the exit
-    code. Usage errors exit through ``argparse`` with code 2."""
+    code. Usage errors (an unknown command, a number out of range) print one line and exit
+    through ``SystemExit`` with code 2.
+
+    >>> main(["cache", "list", "--path", "/no/such/folder/kernels.sqlite"])  # nothing is created
+    2
+    """
     args = _parser().parse_args(argv)
     return args.func(args)
 

@@ -1,4 +1,5 @@
-"""Tests of nablax/kernels/cache.py: config JSON, the memory LRU cache and the SQLite cache."""
+"""Tests of nablax/kernels/cache.py: config JSON and class resolution, the memory LRU cache and the
+SQLite cache (files and environments: test_cache_files.py, test_cache_environments.py)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from nablax.kernels.cache import (
     PersistentCache,
     cfg_from_json,
     cfg_to_json,
+    declared_config_types,
+    register_config_class,
 )
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -111,10 +114,134 @@ def test_cfg_from_json_errors():
         cfg_from_json("not json")
     with pytest.raises(ValueError, match="not a stored config"):
         cfg_from_json('{"fields": {}}')
-    with pytest.raises(TypeError, match="cannot be imported"):
+    with pytest.raises(TypeError, match="is not one this process declared.*Fix"):
         cfg_from_json('{"type": "no_such_module_xyz:Cfg", "fields": {}}')
+    register_config_class(Cfg)
     with pytest.raises(TypeError, match="no longer accepts"):
         cfg_from_json(f'{{"type": "{Cfg.__module__}:Cfg", "fields": {{"gone": 1}}}}')
+    with pytest.raises(TypeError, match="register_config_class: expected frozen dataclass"):
+        register_config_class(MutableCfg)
+
+
+# --- config classes are resolved, never imported -------------------------------------------------
+
+
+def test_stored_class_name_never_imports_a_module(tmp_path, monkeypatch):
+    """Whoever can write the cache file must not choose what nablax imports."""
+    marker = tmp_path / "imported.txt"
+    (tmp_path / "evil_cfg_mod.py").write_text(
+        f"import dataclasses, pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+        "@dataclasses.dataclass(frozen=True)\nclass Cfg:\n    a: int = 0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = '{"fields": {"a": 1}, "type": "evil_cfg_mod:Cfg"}'
+    with pytest.raises(TypeError, match="never imports"):
+        cfg_from_json(text)
+    cache = PersistentCache(tmp_path / "kernels.sqlite")
+    cache.put(DEV, OP, "k", Cfg())
+    with sqlite3.connect(cache.path) as raw:
+        raw.execute("UPDATE configs SET cfg_json = ?", (text,))
+    with pytest.warns(RuntimeWarning, match="evil_cfg_mod:Cfg is not one this process declared"):
+        assert cache.get(DEV, OP, "k") is None
+    assert [repr(e.cfg) for e in cache.entries(resolve=False)] == ["Cfg(a=1)"]
+    assert not marker.exists() and "evil_cfg_mod" not in sys.modules
+    cache.close()
+
+
+def test_declared_config_types_and_explicit_types():
+    from nablax.kernels import Invocation, Kernel, library
+
+    @dataclasses.dataclass(frozen=True)
+    class HeurCfg:
+        t: int = 1
+
+    @dataclasses.dataclass(frozen=True)
+    class CandCfg:
+        t: int = 2
+
+    class K(Kernel):
+        def run(self, x, *, cfg):
+            return x
+
+        def heuristic_cfg(self, inv):
+            return HeurCfg()
+
+        def candidate_cfgs(self, inv):
+            return [CandCfg(), CandCfg(3)]
+
+    k = K("declared")
+    inv = Invocation(k.versioned_id, (np.ones(2),), {})
+    assert declared_config_types(k) == ()  # no Kernel[Cfg, Out] base
+    assert declared_config_types(k, inv) == (HeurCfg, CandCfg)
+    assert declared_config_types(library.ATTENTION) == (library.AttentionCfg,)
+    assert library.MatmulCfg in declared_config_types()  # every Kernel[Cfg, Out] defined so far
+    text = cfg_to_json(HeurCfg(5)).replace("HeurCfg", "Other")  # a name nobody declared
+    with pytest.raises(TypeError, match="not one this process declared"):
+        cfg_from_json(text, types=[HeurCfg])
+    assert cfg_from_json(cfg_to_json(CandCfg(4)), types=lambda: [CandCfg]) == CandCfg(4)
+
+
+_FRESH = '''
+import sys, types, warnings
+import jax.numpy as jnp
+warnings.simplefilter("error", RuntimeWarning)
+from nablax.kernels import (AutotunePolicy, ConfigCache, ConfigSelectorChain, Executor,
+    PersistentCache)
+
+KERNELS = """
+import dataclasses
+from nablax.kernels import Kernel
+
+@dataclasses.dataclass(frozen=True)
+class HCfg:  # declared only by what heuristic_cfg returns
+    scale: float = 2.0
+
+@dataclasses.dataclass(frozen=True)
+class GCfg:  # declared as the Cfg of Kernel[GCfg, ...]
+    scale: float = 3.0
+
+class H(Kernel):
+    def run(self, x, *, cfg):
+        return x * cfg.scale
+    def heuristic_cfg(self, inv):
+        return HCfg(SCALE)
+
+class G(Kernel[GCfg, object]):
+    def run(self, x, *, cfg):
+        return x * cfg.scale
+    def heuristic_cfg(self, inv):
+        return GCfg(SCALE)
+"""
+# A module that cannot be imported by its name (like code built at run time).
+mod = types.ModuleType("kernels_built_at_run_time")
+mod.SCALE = float(sys.argv[2])
+exec(KERNELS, mod.__dict__)
+store = PersistentCache(sys.argv[1])
+chain = ConfigSelectorChain(ConfigCache(), AutotunePolicy(allow_autotune=False), persistent=store)
+ex = Executor(chain)
+out = [float(ex(k, jnp.ones(2))[0]) for k in (mod.H("h"), mod.G("g"))]
+print("RESULT", out, [e.source for e in store.entries()])
+'''
+
+
+def test_a_fresh_process_finds_configs_of_classes_its_kernels_declare(tmp_path):
+    """The class of a stored config is found through the kernel (its heuristic's result or its
+    Kernel[Cfg, Out] base), in a process that never stored it: no import, and no re-tuning."""
+    script, path = tmp_path / "fresh.py", tmp_path / "kernels.sqlite"
+    script.write_text(_FRESH)
+    env = {**os.environ, "PYTHONPATH": str(SRC), "JAX_PLATFORMS": "cpu"}
+
+    def run(scale: str) -> str:
+        p = subprocess.run(
+            [sys.executable, str(script), str(path), scale],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert p.returncode == 0, p.stderr[-3000:]
+        return p.stdout.split("RESULT ")[1].strip()
+
+    assert run("5.0") == "[5.0, 5.0] ['heuristic', 'heuristic']"
+    # the heuristic now says 7, but the stored configs (scale 5) are found and used, unwarned
+    assert run("7.0") == "[5.0, 5.0] ['heuristic', 'heuristic']"
 
 
 # --- memory cache --------------------------------------------------------------------------------
@@ -299,7 +426,7 @@ def test_persistent_stale_class_returns_none_with_one_warning(db):
             "UPDATE configs SET cfg_json = ? WHERE call_key = 'k'",
             ('{"fields": {"a": 1}, "type": "gone_module_xyz:OldCfg"}',),
         )
-    with pytest.warns(RuntimeWarning, match="gone_module_xyz:OldCfg cannot be imported"):
+    with pytest.warns(RuntimeWarning, match="gone_module_xyz:OldCfg is not one this process"):
         assert db.get(DEV, OP, "k") is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once per entry, not on every lookup
@@ -366,7 +493,7 @@ cache = PersistentCache({path!r})
 (folder / f"ready-{{w}}").touch()
 while not (folder / "go").exists():  # start together, so that the writers really overlap
     time.sleep(0.005)
-for i in range(250):
+for i in range(200):
     cache.put("cpu|w", "matmul@v1", f"w{{w}}-{{i}}", WCfg(w, i), timings=[(WCfg(w, i), 1e-3, None)])
 """
 
@@ -396,10 +523,10 @@ def test_processes_writing_the_same_file(tmp_path, monkeypatch):
         assert p.returncode == 0, err.decode()[-2000:]
     from worker_cfg import WCfg
 
-    cache = PersistentCache(path)
-    assert len(cache) == 1000
-    assert cache.get("cpu|w", OP, "w3-249") == WCfg(3, 249)
-    assert {e.cfg for e in cache.entries()} == {WCfg(w, i) for w in range(4) for i in range(250)}
+    cache = PersistentCache(path, cfg_type=WCfg)  # this process never stored a WCfg
+    assert len(cache) == 800  # 4 writers x 200 puts: nothing lost
+    assert cache.get("cpu|w", OP, "w3-199") == WCfg(3, 199)
+    assert {e.cfg for e in cache.entries()} == {WCfg(w, i) for w in range(4) for i in range(200)}
     cache.close()
 
 
@@ -420,59 +547,3 @@ def test_forked_child_opens_its_own_connection(db):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert db.get(DEV, OP, "child") == Cfg(2) and len(db) == 2
-
-
-# --- corrupt files -------------------------------------------------------------------------------
-
-
-def _moved_aside(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(path.name + ".corrupt-*"))
-
-
-def _check_recovered(path: Path, record, old_bytes: bytes | None = None) -> None:
-    msg = str(record[0].message)
-    aside = [p for p in _moved_aside(path) if not p.name.endswith(("-wal", "-shm"))]
-    assert len(aside) == 1 and str(path) in msg and str(aside[0]) in msg
-    if old_bytes is not None:
-        assert aside[0].read_bytes() == old_bytes
-    cache = PersistentCache(path)
-    assert len(cache) == 0
-    cache.put(DEV, OP, "k", Cfg(5))
-    assert PersistentCache(path).get(DEV, OP, "k") == Cfg(5)
-    cache.close()
-
-
-def test_garbage_file_is_moved_aside(tmp_path):
-    path = tmp_path / "kernels.sqlite"
-    with PersistentCache(path) as cache:
-        cache.put(DEV, OP, "k", Cfg())
-    garbage = np.random.default_rng(0).bytes(8192)
-    path.write_bytes(garbage)
-    with pytest.warns(RuntimeWarning, match="not a usable kernel database") as record:
-        cache = PersistentCache(path)
-    assert len(cache) == 0
-    _check_recovered(path, record, garbage)
-
-
-def test_truncated_file_is_moved_aside(tmp_path):
-    path = tmp_path / "kernels.sqlite"
-    with PersistentCache(path) as cache:
-        for i in range(400):  # many pages, so the truncation cuts through the tree
-            cache.put(DEV, OP, f"key-{i:04d}", Cfg(block_m=i), signature="x" * 200)
-    with sqlite3.connect(path) as raw:
-        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all pages in the main file
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
-    with pytest.warns(RuntimeWarning, match="malformed") as record:
-        cache = PersistentCache(path)
-        assert len(cache) == 0  # counting reads every page: finds the damage, recovers
-    _check_recovered(path, record)
-
-
-def test_other_schema_version_is_moved_aside(tmp_path):
-    path = tmp_path / "kernels.sqlite"
-    with sqlite3.connect(path) as raw:
-        raw.execute("PRAGMA user_version = 99")
-    with pytest.warns(RuntimeWarning, match="schema version 99") as record:
-        PersistentCache(path)
-    _check_recovered(path, record)

@@ -7,6 +7,15 @@ An :class:`Executor` prepares a call, asks its :class:`ConfigSelectorChain` for 
 specific implementation with a custom VJP, and stamps the call in the lowered HLO. Bundled kernels
 live in :mod:`nablax.kernels.library` (``matmul``, ``attention``).
 
+Kernels written for ejKernel run unchanged where its public API is concerned: a string
+``version`` (``"1"`` and ``1`` both give ``op@v1``), ``AutotunePolicy(cache_miss_fallback=
+"heuristics")``, the executor's ``stamp=`` / ``check_vma=`` / ``_cfg=`` keywords,
+``Executor.choose_config`` and ``stamp_prefix``, ``Invocation.batch_axes`` / ``stamp`` /
+``versioned_op_id``, and ``Tuner.measure`` / ``Tuner.autotune`` (a tuner overriding them drives the
+chain). Where nablax differs, it is safer: an explicit config is never persisted, and tuning keeps
+the heuristic's config unless a candidate is clearly faster (``AutotunePolicy(min_gain=0)`` for
+ejKernel's "fastest wins").
+
 Module map: ``kernel.py`` (base class, dispatch), ``invocation.py`` (call keys), ``selection.py``
 (chain, policy, overlay), ``tuner.py``, ``cache.py`` (memory + SQLite), ``executor.py``,
 ``fingerprint.py``, ``_call.py`` (the JAX callable of a call), ``library/``. This layer does not

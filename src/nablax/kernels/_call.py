@@ -5,8 +5,12 @@ leaves (closed over), and builds from the kernel's hooks:
 
 - ``forward(*arrays)``: ``run`` with a custom VJP (``fwd_with_residuals`` / ``vjp``; array leaves
   only, static leaves closed over, ``None`` gradients allowed, keyword arrays handled), named by
-  the profile stamp (an inner ``jax.jit`` whose name shows in lowered HLO and profiles), wrapped in
-  ``jax.shard_map`` for ``method="shard_map"``;
+  the profile stamp (an inner ``jax.jit`` whose name, ``<stamp_prefix>_<op>_v<version>_<hash>``,
+  shows in lowered HLO and profiles; the call's ``stamp=`` picks the mode, else
+  ``NABLAX_OPS_STAMP``), wrapped in ``jax.shard_map`` (with the call's ``check_vma``) for
+  ``method="shard_map"``;
+- ``tune_fn(*arrays)``: ``run`` alone (shard-mapped for ``method="shard_map"``), what the tuner
+  times;
 - ``plain(*arrays)``, ``with_residuals(*arrays)`` and ``backward(arrays, res, y, dy)``: the pieces
   the nablax graph node lowers to (nablax differentiates its own graph).
 
@@ -28,6 +32,7 @@ import numpy as np
 from .. import _config
 from .fingerprint import get_device_platform
 from .invocation import Invocation, _is_array, static_key
+from .kernel import version_tag
 
 
 class CallSpec:
@@ -35,10 +40,18 @@ class CallSpec:
 
     __slots__ = (
         "kernel", "cfg", "treedef", "template", "array_pos", "n_pos", "static_key", "method",
-        "mesh", "in_specs", "out_specs", "platform", "call_key", "_hash", "_fns",
+        "mesh", "in_specs", "out_specs", "platform", "call_key", "_hash", "_fns", "stamp",
+        "prefix", "check_vma",
     )  # fmt: skip
 
-    def __init__(self, kernel: Any, inv: Invocation, cfg: Any, call_key: str | None = None):
+    def __init__(
+        self,
+        kernel: Any,
+        inv: Invocation,
+        cfg: Any,
+        call_key: str | None = None,
+        stamp_prefix: str = "nablax_kernel",
+    ):
         leaves, self.treedef = jax.tree_util.tree_flatten((inv.args, inv.kwargs))
         self.array_pos = tuple(
             i for i, x in enumerate(leaves) if _is_array(x) and not isinstance(x, np.generic)
@@ -53,12 +66,17 @@ class CallSpec:
         self.in_specs, self.out_specs = inv.in_specs, inv.out_specs
         self.platform = get_device_platform()
         self.call_key = call_key if call_key is not None else inv.call_key
+        self.stamp, self.prefix = stamp_mode(inv.stamp), stamp_prefix
+        self.check_vma = inv.check_vma if self.method == "shard_map" else None
         self._hash = hash((id(kernel), cfg, self.treedef, self.static_key, self.method))
         self._fns: dict[str, Any] = {}
 
     # -- value semantics (graph-node parameter) ---------------------------------------------------
     def _ident(self) -> tuple:
-        return (self.cfg, self.treedef, self.static_key, self.method, self.call_key)
+        return (
+            self.cfg, self.treedef, self.static_key, self.method, self.call_key, self.stamp,
+            self.prefix, self.check_vma,
+        )  # fmt: skip
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -148,6 +166,15 @@ class CallSpec:
             fn = self._fns["jitted"] = jax.jit(self.forward())
         return fn
 
+    def tune_fn(self):
+        """``run`` alone with this config (shard-mapped for ``method="shard_map"``, so collectives
+        in ``run_shard_map`` find their mesh axes): what the tuner compiles and times."""
+        fn = self._fns.get("tune")
+        if fn is None:
+            fn = self.plain if self.method != "shard_map" else self._shard_mapped(self.plain)
+            self._fns["tune"] = fn
+        return fn
+
     def _build_forward(self):
         @jax.custom_vjp
         def call(*arrays):
@@ -181,12 +208,14 @@ class CallSpec:
         pos_specs = _leaf_specs(self.in_specs, self, "in_specs")
         specs = tuple(pos_specs) + (P(),) * n_kw_arrays
         out_specs = _to_pspec(self.out_specs) if self.out_specs is not None else P()
-        return jax.shard_map(body, mesh=self.mesh, in_specs=specs, out_specs=out_specs)
+        extra = {} if self.check_vma is None else {"check_vma": bool(self.check_vma)}
+        return jax.shard_map(body, mesh=self.mesh, in_specs=specs, out_specs=out_specs, **extra)
 
     def stamp_name(self) -> str:
         digest = hashlib.sha256(f"{self.call_key}|{self.cfg!r}".encode()).hexdigest()[:10]
         op = re.sub(r"[^0-9A-Za-z_]", "_", self.kernel.op_id)
-        return f"nablax_kernel_{op}_v{self.kernel.version}_{digest}"
+        version = re.sub(r"[^0-9A-Za-z_]", "_", version_tag(self.kernel))
+        return f"{self.prefix}_{op}_v{version}_{digest}"
 
     def stamp_json(self) -> str:
         return json.dumps(
@@ -224,8 +253,27 @@ def _up_to(g: Any, arg: Any, path: str, name: str) -> Any:
     return jax.tree_util.tree_unflatten(treedef, [_Slot(v, p) for v, p in zip(vals, paths)])
 
 
+STAMP_MODES = ("hash", "json", "none")
+
+
+def stamp_mode(stamp: Any, where: str = "Executor") -> str | None:
+    """The stamp mode of a call's ``stamp=``: True (or None) → None (``NABLAX_OPS_STAMP`` decides),
+    False → ``"none"``, a mode string → itself."""
+    if stamp is True or stamp is None:
+        return None
+    if stamp is False:
+        return "none"
+    if isinstance(stamp, str) and stamp.lower() in STAMP_MODES:
+        return stamp.lower()
+    raise ValueError(
+        f"nablax.kernels.{where}: stamp= must be True (name the call as NABLAX_OPS_STAMP says), "
+        f"False (no name) or one of {STAMP_MODES}, got {stamp!r}. Fix: e.g. stamp=False or "
+        f"stamp='json'"
+    )
+
+
 def _stamped(fn, spec: CallSpec):
-    mode = _config.get("ops_stamp")
+    mode = spec.stamp if spec.stamp is not None else _config.get("ops_stamp")
     if mode == "none":
         return fn
     text = spec.stamp_json() if mode == "json" else None

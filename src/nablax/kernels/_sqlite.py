@@ -1,34 +1,41 @@
 """``PersistentCache``: the SQLite half of the kernel config caches (see ``cache.py``, which
-re-exports it).
+re-exports it; the file format and its rules live in ``_dbfile.py``, messages and seed arguments
+in ``_dbmisc.py``).
 
 One SQLite file in WAL mode, opened once per thread and per process, so any number of threads and
-processes may read and write it at the same time. A file that is not a valid database is moved
-aside with a warning and replaced by an empty one.
+processes may read and write it at the same time. When the file cannot be used the cache degrades
+instead of failing, with one ``RuntimeWarning`` that names the path, the reason and the fix:
+
+- ``"memory"``: no usable file (the folder cannot be created or written, or the path holds
+  something that is not a nablax kernel database, which is never touched);
+- ``"read-only"``: the file was written by a newer nablax (never modified by this one), or cannot
+  be written: its entries are read, new ones are kept in memory for this process.
+
+A database that fails SQLite's own integrity check is salvaged: every entry that can still be read
+is copied into a new file, the damaged one is kept beside it, and a warning gives both counts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
-import math
 import os
 import sqlite3
 import threading
 import time
-import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
-from .. import _config
+from ..errors import NablaxError
+from . import _dbfile, _dbmisc
+from ._dbfile import NewerSchema, NotOurs
 from .cache import (
     _ABANDONED,
     _LIVE_CACHES,
     CacheEntry,
+    StoredConfig,
     _check_args,
     _encode,
     _norm_timings,
@@ -36,186 +43,68 @@ from .cache import (
     cfg_from_json,
 )
 
-try:  # POSIX only; elsewhere corrupt-file recovery is guarded within the process only
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
-SCHEMA_VERSION = 1
-_BUSY_TIMEOUT_S = 30.0
 _MAX_ATTEMPTS = 60  # retries of a locked/busy statement on top of SQLite's own busy timeout
+_UNUSABLE = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)
 
-# --- persistent cache ----------------------------------------------------------------------------
-
-# Timings live in their own (rowid) table: they are 10x larger than the rest of an entry, and in
-# the WITHOUT ROWID configs table they spilled into overflow pages (47 MB and 28 µs gets at 10,000
-# entries); apart, configs stays small and cached, and a get reads only it.
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS configs (
-        device TEXT NOT NULL, op_id TEXT NOT NULL, call_key TEXT NOT NULL,
-        cfg_json TEXT NOT NULL, source TEXT NOT NULL, package_version TEXT NOT NULL,
-        created REAL NOT NULL, signature TEXT NOT NULL DEFAULT '',
-        PRIMARY KEY (device, op_id, call_key)) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS configs_by_op ON configs (op_id)",
-    """CREATE TABLE IF NOT EXISTS timings (
-        device TEXT NOT NULL, op_id TEXT NOT NULL, call_key TEXT NOT NULL,
-        timings_json TEXT NOT NULL, PRIMARY KEY (device, op_id, call_key))""",
-    """CREATE TABLE IF NOT EXISTS invocations (
-        op_id TEXT NOT NULL, call_key TEXT NOT NULL, signature_json TEXT NOT NULL,
-        count INTEGER NOT NULL, first_seen REAL NOT NULL, last_seen REAL NOT NULL,
-        PRIMARY KEY (op_id, call_key)) WITHOUT ROWID""",
-)
 _SQL_GET = "SELECT cfg_json FROM configs WHERE device = ? AND op_id = ? AND call_key = ?"
 _SQL_ENTRIES = """SELECT c.device, c.op_id, c.call_key, c.cfg_json, c.source,
     coalesce(t.timings_json, '[]'), c.package_version, c.created, c.signature
     FROM configs AS c LEFT JOIN timings AS t USING (device, op_id, call_key)"""
-_SQL_PUT = """INSERT INTO configs VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+_SQL_PUT = """INSERT INTO configs (device, op_id, call_key, cfg_json, source, package_version,
+    created, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (device, op_id, call_key) DO UPDATE SET cfg_json = excluded.cfg_json,
     source = excluded.source, package_version = excluded.package_version,
     created = excluded.created, signature = excluded.signature"""
-_SQL_PUT_TIMINGS = """INSERT INTO timings VALUES (?, ?, ?, ?)
+_SQL_PUT_TIMINGS = """INSERT INTO timings (device, op_id, call_key, timings_json)
+    VALUES (?, ?, ?, ?)
     ON CONFLICT (device, op_id, call_key) DO UPDATE SET timings_json = excluded.timings_json"""
-_SQL_RECORD = """INSERT INTO invocations VALUES (?, ?, ?, 1, ?, ?)
+_SQL_RECORD = """INSERT INTO invocations (op_id, call_key, signature_json, count, first_seen,
+    last_seen) VALUES (?, ?, ?, 1, ?, ?)
     ON CONFLICT (op_id, call_key) DO UPDATE SET count = count + 1,
     signature_json = excluded.signature_json, last_seen = excluded.last_seen"""
-_ORDER = " ORDER BY c.op_id, c.device, c.call_key"
+_SQL_KEYS = "SELECT device, op_id, call_key FROM configs"
+_SQL_RECORDED = "SELECT op_id, call_key, signature_json, count FROM invocations"
 
 
-class _SchemaMismatch(sqlite3.DatabaseError):
-    """The file is a database of another (newer or older) nablax schema: treated like corruption."""
+class CacheFileError(NablaxError, RuntimeError):
+    """The kernel database cannot be used as asked: a read-only open of something that is not a
+    readable nablax kernel database, or a write where ``fallback=False``. The message names the
+    path, what is there and the fix."""
 
 
-def _is_busy(e: sqlite3.Error) -> bool:  # (extended) result codes: Python >= 3.11
-    return getattr(e, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+class _Switched(Exception):
+    """The cache changed mode (read-write -> read-only or memory) during an operation: redo it."""
 
 
-def _is_corrupt(e: sqlite3.Error) -> bool:
-    code = getattr(e, "sqlite_errorcode", 0) & 0xFF
-    return isinstance(e, _SchemaMismatch) or code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
-
-
-def _timings_to_json(timings: tuple[tuple[str, float, str | None], ...]) -> str:
-    # JSON has no inf/nan: non-finite seconds are stored as the strings "inf" / "nan".
-    rows = [[c, s if math.isfinite(s) else str(s), e] for c, s, e in timings]
-    return json.dumps(rows, separators=(",", ":"))
-
-
-def _timings_from_json(s: str) -> tuple[tuple[str, float, str | None], ...]:
-    return tuple((c, float(secs), err) for c, secs, err in json.loads(s))
-
-
-class _Conn:
-    """One thread's connection, with the file identity and cache epoch it was opened under."""
-
-    __slots__ = ("conn", "epoch", "ino", "__weakref__")
-
-    def __init__(self, conn: sqlite3.Connection, epoch: int, ino: tuple[int, int] | None):
-        self.conn, self.epoch, self.ino = conn, epoch, ino
-
-
-def _file_id(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-@contextlib.contextmanager
-def _interprocess_lock(path: Path) -> Iterator[None]:
-    """Serialize corrupt-file recovery across processes (so only one moves the file aside)."""
-    if fcntl is None:  # pragma: no cover - Windows
-        yield
-        return
-    with open(f"{path}.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _default_path() -> Path:
-    folder = _config.get("cache_dir") or platformdirs.user_cache_dir("nablax")
-    return Path(folder).expanduser() / "kernels.sqlite"
-
-
-def _resolve_path(path: Any) -> Path:
-    if path is None:
-        return _default_path()
-    if str(path) == ":memory:" or str(path).startswith("file:"):
-        raise ValueError(
-            f"nablax.kernels.PersistentCache: path={str(path)!r} is not a file path; each thread "
-            f"opens its own connection, so an in-memory database would not be shared. Fix: use "
-            f"ConfigCache for memory, or a file path such as tempfile.mkdtemp() + '/kernels.sqlite'."
-        )
-    p = Path(path).expanduser()
-    if p.is_dir():
-        raise ValueError(
-            f"nablax.kernels.PersistentCache: path={str(path)!r} is a directory. Fix: pass a file "
-            f"path such as {str(p / 'kernels.sqlite')!r}, or set NABLAX_CACHE_DIR for the folder."
-        )
-    return p
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        # The statement's own error is what propagates; a failing ROLLBACK adds nothing to it.
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-
-
-def _transaction(conn: sqlite3.Connection, statements: list[tuple[str, tuple]]) -> list[int]:
-    """Run ``statements`` in one write transaction; return their row counts."""
-    conn.execute("BEGIN IMMEDIATE")  # take the write lock now: no deadlocking lock upgrade later
-    try:
-        counts = [conn.execute(sql, params).rowcount for sql, params in statements]
-        conn.execute("COMMIT")
-    except BaseException:
-        _rollback(conn)
-        raise
-    return counts
-
-
-def _create_schema(conn: sqlite3.Connection, version: int) -> None:
-    if version == 0:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Another process may have created the schema since we read user_version.
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version == 0:
-                for stmt in _SCHEMA:
-                    conn.execute(stmt)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                version = SCHEMA_VERSION
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback(conn)
-            raise
-    if version != SCHEMA_VERSION:
-        raise _SchemaMismatch(f"schema version {version}, this nablax reads {SCHEMA_VERSION}")
-
-
-def _setup(conn: sqlite3.Connection) -> None:
-    # journal_mode is stored in the file: only switch (which needs a lock) when not WAL yet.
-    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-        conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version != SCHEMA_VERSION:
-        _create_schema(conn, version)
+class _Moved(Exception):
+    """The file at the path is no longer the one this thread opened (salvaged by another)."""
 
 
 class PersistentCache:
     """Kernel configs and their timings in one SQLite file, shared by threads and processes.
 
     ``path`` defaults to ``<cache_dir>/kernels.sqlite``, where ``cache_dir`` is the option
-    ``NABLAX_CACHE_DIR`` or the user cache dir (``platformdirs``). Each thread (and each process,
-    also after ``fork``) uses its own connection; writes are short ``BEGIN IMMEDIATE`` upserts, and a
-    busy database is waited for and retried. A file that is not a valid database (or one of another
-    schema version) is moved aside to ``<name>.corrupt-<timestamp>`` with a ``RuntimeWarning`` and
-    replaced by an empty database. Entries whose config class can no longer be imported are stale:
-    ``get`` warns once and returns ``None``.
+    ``NABLAX_CACHE_DIR`` or the user cache dir (``platformdirs``). Each thread (and each
+    process, also after ``fork``) uses its own connection; writes are short ``BEGIN IMMEDIATE``
+    upserts, and a busy database is waited for and retried.
+
+    When the file cannot be used the cache degrades (``mode``) with one ``RuntimeWarning`` (its text
+    is ``problem``) instead of failing: ``"memory"`` when there is no usable file (unwritable
+    folder; a file that is not a nablax kernel database, which is never touched) and
+    ``"read-only"`` for a file written by a newer nablax (read, never modified; new entries stay in
+    memory). ``fallback=False`` raises :class:`CacheFileError` instead. A database that fails
+    SQLite's integrity check is salvaged into a new file (see the module docstring). Stored config
+    classes are looked up among declared classes, never imported (see ``cache.py``).
+
+    ``read_only=True`` opens an existing database for reading only (``nablax cache list``): it
+    creates, renames and writes nothing, and raises :class:`CacheFileError` when the path is not a
+    nablax kernel database.
+
+    The arguments of ejKernel's ``PersistentCache(opname, path, loader, dumper, cfg_type)`` are
+    accepted: a bare name such as ``"matmul"`` (or ``opname=``) selects nothing here, since one
+    database holds every op, keyed by ``op_id``; ``loader``/``dumper`` convert configs to and from
+    JSON values; ``cfg_type`` declares config classes for reading. Other keywords are ignored with
+    one warning.
 
     >>> import dataclasses, os, tempfile
     >>> from nablax.kernels import PersistentCache
@@ -230,71 +119,197 @@ class PersistentCache:
     TileCfg(block=32)
     >>> cache.get_entry("cpu", "matmul@v1", "k1").timings[1][1:]
     (inf, 'OOM')
-    >>> len(cache), cache.delete("matmul@v1"), len(cache)
-    (1, 1, 0)
+    >>> PersistentCache(path, read_only=True).entries()[0].cfg
+    TileCfg(block=32)
+    >>> len(cache), cache.delete("matmul@v1"), len(cache), cache.mode
+    (1, 1, 0, 'read-write')
     >>> cache.close()
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None):
-        self._path = _resolve_path(path)
+    def __init__(
+        self,
+        *args: Any,
+        path: str | os.PathLike[str] | None = None,
+        opname: str | None = None,
+        loader: Callable[[Any], Any] | None = None,
+        dumper: Callable[[Any], Any] | None = None,
+        cfg_type: Any = None,
+        read_only: bool = False,
+        fallback: bool = True,
+        **ignored: Any,
+    ):
+        seed = _dbmisc.seed_arguments(args, path, opname, loader, dumper, cfg_type, ignored)
+        self.opname: str | None = seed.opname
+        self._loader, self._dumper, self._types = seed.loader, seed.dumper, seed.cfg_types
+        self._path = _dbmisc.resolve_path(seed.path)
+        self._read_only, self._fallback = bool(read_only), bool(fallback)
         self._local = threading.local()
-        self._lock = threading.Lock()  # guards _conns, _warned and corrupt-file recovery
-        self._conns: weakref.WeakSet[_Conn] = weakref.WeakSet()
-        self._epoch = 0  # bumped to make every thread reopen (close, recovery, fork)
+        self._lock = threading.Lock()  # guards _conns, _warned, mode changes and salvage
+        self._conns: weakref.WeakSet[_dbmisc.Conn] = weakref.WeakSet()
+        self._epoch = 0  # bumped to make every thread reopen (close, mode change, salvage, fork)
         self._warned: set[tuple[str, str, str]] = set()
+        self._decoded: dict[str, Any] = {}  # cfg_json -> config, bounded
+        self._file: str | None = "ro" if read_only else "rw"  # how the file is used; None: not
+        self._mem: _dbmisc.MemoryDB | None = None  # entries kept in this process only
+        self.problem: str | None = None
         _LIVE_CACHES.add(self)
-        self._run(lambda conn: None)  # open now, so a corrupt file is reported (and moved) here
+        if read_only:
+            self._start_read_only()
+        else:
+            self._start()
 
     @property
     def path(self) -> Path:
         """The database file."""
         return self._path
 
+    @property
+    def mode(self) -> str:
+        """``"read-write"``, ``"read-only"`` (reads the file, keeps new entries in memory, or
+        refuses writes when opened with ``read_only=True``) or ``"memory"`` (no file)."""
+        return {"rw": "read-write", "ro": "read-only", None: "memory"}[self._file]
+
     def __repr__(self) -> str:
-        return f"PersistentCache({str(self._path)!r})"
+        return f"PersistentCache({str(self._path)!r}, mode={self.mode!r})"
+
+    # -- opening and degrading --
+
+    def _start(self) -> None:
+        info = _dbfile.inspect(self._path)
+        if info.kind == "nablax" and info.schema > _dbfile.SCHEMA_VERSION:
+            self._degrade("ro", _dbmisc.newer_message(self._path, info.schema))
+            return
+        if info.kind in ("not_sqlite", "foreign", "not_file", "unreadable"):
+            self._degrade(None, _dbmisc.not_ours_message(self._path, info.detail))
+            return
+        if info.kind == "no_folder":
+            self._degrade(None, _dbmisc.location_message(self._path, info.detail))
+            return
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            self._degrade(None, _dbmisc.location_message(self._path, _dbmisc.os_reason(e)))
+            return
+        with contextlib.suppress(_Switched):
+            self._run(lambda conn: None)  # open now: create or migrate here
+            if info.kind == "damaged":  # read it all now, so that it is salvaged here
+                self._run(lambda conn: conn.execute("SELECT count(*) FROM configs").fetchone())
+
+    def _start_read_only(self) -> None:
+        info = _dbfile.inspect(self._path)
+        if info.kind != "nablax":
+            raise CacheFileError(_dbmisc.read_only_message(self._path, info))
+        try:
+            self._run(lambda conn: conn.execute("SELECT count(*) FROM configs").fetchone())
+        except sqlite3.DatabaseError as e:
+            raise CacheFileError(_dbmisc.unreadable_message(self._path, e)) from None
+
+    def _degrade(self, file_mode: str | None, message: str) -> None:
+        """Stop writing the file (``"ro"``: keep reading it; ``None``: forget it), keep new
+        entries in memory, warn once per process and problem."""
+        with self._lock:
+            self._file = file_mode
+            self.problem = message
+            if self._mem is None:
+                self._mem = _dbmisc.MemoryDB()
+            self._epoch += 1
+        if not self._fallback:
+            raise CacheFileError(message)
+        _dbmisc.warn_once(message)
 
     # -- connections, retries and recovery --
 
     def _conn(self) -> sqlite3.Connection:
         h = getattr(self._local, "h", None)
         if h is None or h.epoch != self._epoch:
+            if h is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    h.conn.close()
             h = self._open()
         return h.conn
 
-    def _open(self) -> _Conn:
+    def _open(self) -> _dbmisc.Conn:
         self._local.h = None
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self._path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
-        # The file this thread opened: recovery only moves it aside if it is still at our path.
-        self._local.file_id = _file_id(self._path)
+        if self._file is None:
+            raise _Switched()
+        epoch = self._epoch
+        if self._file == "ro":
+            conn = _dbfile.connect_readonly(self._path)
+        else:
+            conn = sqlite3.connect(
+                self._path,
+                timeout=_dbfile.BUSY_TIMEOUT_S,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        # The file this thread opened: salvage and writes check it is still the one at our path.
+        self._local.file_id = _dbmisc.file_id(self._path)
         try:
-            _setup(conn)
+            if self._file == "rw":
+                _dbfile.prepare_for_writing(conn)
+                _dbfile.set_wal(conn)
         except BaseException:
             conn.close()
             raise
-        h = _Conn(conn, self._epoch, self._local.file_id)
+        h = _dbmisc.Conn(conn, epoch, self._local.file_id)
         with self._lock:
             self._conns.add(h)
         self._local.h = h
         return h
 
+    def _guard(self, conn: sqlite3.Connection) -> None:
+        """Inside a write transaction: is this still our file, and still a schema we may write?"""
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > _dbfile.SCHEMA_VERSION:
+            raise NewerSchema(version)
+        if _dbmisc.file_id(self._path) != getattr(self._local, "file_id", None):
+            raise _Moved()
+
     def _run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
-        """Run ``op`` on this thread's connection, waiting out locks and recovering corruption."""
+        """Run ``op`` on this thread's file connection, waiting out locks, reopening a moved
+        file, salvaging a damaged one; raises ``_Switched`` when the cache changed mode."""
         deadline = None
         for attempt in itertools.count(1):
             try:
                 return op(self._conn())
+            except _Moved:  # salvaged or deleted by another process: use the file there now
+                h, self._local.h = self._local.h, None
+                with contextlib.suppress(sqlite3.Error):
+                    h.conn.close()
+                if attempt > 5:
+                    raise CacheFileError(
+                        f"nablax.kernels.PersistentCache: {self._path} keeps being replaced by "
+                        f"another process. Fix: give this process its own NABLAX_CACHE_DIR."
+                    ) from None
+            except NewerSchema as e:
+                self._degrade("ro", _dbmisc.newer_message(self._path, e.version))
+                raise _Switched() from None
+            except NotOurs as e:
+                self._degrade(None, _dbmisc.not_ours_message(self._path, str(e)))
+                raise _Switched() from None
             except sqlite3.DatabaseError as e:  # OperationalError ("locked") is a subclass
-                if _is_busy(e):
+                if _dbmisc.is_busy(e):
                     now = time.monotonic()
-                    deadline = deadline or now + _BUSY_TIMEOUT_S
+                    deadline = deadline or now + _dbfile.BUSY_TIMEOUT_S
                     if now > deadline or attempt >= _MAX_ATTEMPTS:
                         raise
                     time.sleep(min(0.001 * attempt, 0.05))
-                elif _is_corrupt(e) and attempt <= 3:
-                    self._recover(e)
+                elif self._file == "rw" and _dbmisc.code(e) in _UNUSABLE:
+                    readable = os.access(self._path, os.R_OK)
+                    reason = f"it cannot be written ({type(e).__name__}: {e})"
+                    if readable:
+                        self._degrade("ro", _dbmisc.read_only_file_message(self._path, reason))
+                    else:
+                        self._degrade(None, _dbmisc.location_message(self._path, reason))
+                    raise _Switched() from None
+                elif self._file != "rw" and _dbmisc.code(e) == sqlite3.SQLITE_READONLY:
+                    raise _Switched() from None  # another thread degraded the cache meanwhile
+                elif self._file == "rw" and _dbmisc.is_corrupt(e) and attempt <= 3:
+                    try:
+                        self._recover(e)
+                    except NotOurs as n:  # replaced meanwhile by something that is not ours
+                        self._degrade(None, _dbmisc.not_ours_message(self._path, str(n)))
+                        raise _Switched() from None
                 else:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
@@ -305,32 +320,20 @@ class PersistentCache:
         if h is not None:
             with contextlib.suppress(sqlite3.Error):
                 h.conn.close()
-        with self._lock, _interprocess_lock(self._path):
-            current = _file_id(self._path)
-            # Another thread or process may have replaced the file already: then just reopen.
-            if current is not None and current == getattr(self._local, "file_id", None):
-                aside = self._move_aside()
-                warnings.warn(
-                    f"nablax.kernels.PersistentCache: {self._path} is not a usable kernel "
-                    f"database ({err}); moved it to {aside} and started an empty one. Delete "
-                    f"the moved file once it is no longer needed.",
-                    RuntimeWarning,
-                    stacklevel=5,
+        with self._lock, _dbmisc.interprocess_lock(self._path):
+            # Another thread or process may have salvaged the file already: then just reopen.
+            if _dbmisc.file_id(self._path) == getattr(self._local, "file_id", None):
+                info = _dbfile.inspect(self._path)
+                if info.kind not in ("nablax", "damaged"):
+                    raise NotOurs(info.detail)  # replaced by something that is not ours
+                problems = _dbfile.integrity_problems(self._path)
+                if not problems:
+                    raise err  # SQLite finds the file sound: nothing to salvage
+                kept, lost, aside = _dbmisc.salvage_and_replace(self._path)
+                _dbmisc.warn_once(
+                    _dbmisc.salvage_message(self._path, problems[0], kept, lost, aside), once=False
                 )
             self._epoch += 1
-
-    def _move_aside(self) -> str:
-        base = f"{self._path}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
-        aside = base
-        for n in itertools.count(1):
-            if not os.path.exists(aside):
-                break
-            aside = f"{base}-{n}"
-        os.replace(self._path, aside)
-        for suffix in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(f"{self._path}{suffix}", f"{aside}{suffix}")
-        return aside
 
     def _after_fork_in_child(self) -> None:
         _ABANDONED.extend(self._conns)
@@ -338,43 +341,115 @@ class PersistentCache:
         self._conns = weakref.WeakSet()
         self._lock = threading.Lock()
         self._epoch += 1
+        if self._mem is not None:  # the parent's connection is not safe here: start empty
+            _ABANDONED.append(self._mem)
+            self._mem = _dbmisc.MemoryDB()
 
-    def _decode(self, cfg_json: str, key: tuple[str, str, str]) -> Any:
+    # -- reading and writing, whatever the mode --
+
+    def _read(self, op: Callable[[sqlite3.Connection], Any]) -> tuple[Any, Any]:
+        """``(memory result, file result)``; ``None`` where that part is absent or unreadable."""
+        for _ in range(3):
+            file_result = None
+            if self._file is not None:
+                try:
+                    file_result = self._run(op)
+                except _Switched:
+                    continue
+                except sqlite3.DatabaseError as e:
+                    if self._read_only:
+                        raise CacheFileError(_dbmisc.unreadable_message(self._path, e)) from None
+                    if self._file != "ro":
+                        raise
+                    # A newer schema this nablax cannot read, or damage it must not repair.
+                    _dbmisc.warn_once(_dbmisc.unreadable_message(self._path, e, self.problem))
+            mem = self._mem
+            return (mem.run(op) if mem is not None else None), file_result
+        raise AssertionError("the cache kept changing mode")  # pragma: no cover
+
+    def _first(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
+        """The row ``op`` finds in memory, else in the file (read-write: the file only, fast)."""
+        if self._file == "rw" and self._mem is None:
+            with contextlib.suppress(_Switched):
+                return self._run(op)
+        mem_row, file_row = self._read(op)
+        return mem_row or file_row
+
+    def _write(self, statements: list[tuple[str, tuple]], api: str) -> list[int]:
+        while True:
+            if self._file == "rw":
+                try:
+                    return self._run(
+                        lambda conn: _dbmisc.transaction(conn, statements, self._guard)
+                    )
+                except _Switched:
+                    continue
+            if self._mem is None:
+                raise CacheFileError(
+                    f"{api}: {self._path} was opened with read_only=True. Fix: open it with "
+                    f"PersistentCache(path) to change it."
+                )
+            return self._mem.run(lambda conn: _dbmisc.transaction(conn, statements))
+
+    def _types_for(self, types: Any) -> Any:
+        if not self._types:
+            return types
+        return lambda: (*self._types, *((types() if callable(types) else types) or ()))
+
+    def _decode(self, cfg_json: str, key: tuple[str, str, str], types: Any = None) -> Any:
+        cfg = self._decoded.get(cfg_json)  # configs are frozen: equal text, equal config
+        if cfg is not None:
+            return cfg
         try:
-            return cfg_from_json(cfg_json)
+            if self._loader is not None:
+                return _dbmisc.load_with(self._loader, cfg_json)
+            cfg = cfg_from_json(cfg_json, self._types_for(types))
+            if len(self._decoded) >= 1024:
+                self._decoded.clear()
+            self._decoded[cfg_json] = cfg
+            return cfg
         except (TypeError, ValueError) as e:
             with self._lock:
                 first = key not in self._warned
                 self._warned.add(key)
             if first:
-                warnings.warn(f"{e} (entry {key} in {self._path})", RuntimeWarning, stacklevel=3)
+                _dbmisc.warn_once(f"{e} (entry {key} in {self._path})", once=False)
             return None
 
-    def _entry(self, row: tuple) -> CacheEntry | None:
-        cfg = self._decode(row[3], row[:3])
-        if cfg is None:
-            return None
-        d, op, key, _, source, timings, version, created, sig = row
+    def _entry(self, row: tuple, resolve: bool = True, types: Any = None) -> CacheEntry | None:
+        d, op, key, cfg_json, source, timings, version, created, sig = row
+        if resolve:
+            cfg = self._decode(cfg_json, (d, op, key), types)
+            if cfg is None:
+                return None
+        else:
+            try:
+                cfg = StoredConfig.from_json(cfg_json)
+            except ValueError:
+                cfg = StoredConfig("?", (("text", cfg_json[:80]),))
         return CacheEntry(
-            d, op, key, cfg, source, _timings_from_json(timings), version, created, sig
+            d, op, key, cfg, source, _dbmisc.timings_from_json(timings), version, created, sig
         )
 
     # -- configs --
 
-    def get(self, device: str, op_id: str, call_key: str) -> Any:
-        """The stored config, or ``None`` (absent, or stale: its class cannot be imported)."""
+    def get(self, device: str, op_id: str, call_key: str, *, types: Any = None) -> Any:
+        """The stored config, or ``None`` (absent, or stale: its class is not declared or no longer
+        fits). ``types``: config classes to accept besides the declared ones (see ``cache.py``)."""
         _check_args("nablax.kernels.PersistentCache.get", device, op_id, call_key)
         key = (device, op_id, call_key)
-        row = self._run(lambda conn: conn.execute(_SQL_GET, key).fetchone())
-        return None if row is None else self._decode(row[0], key)
+        row = self._first(lambda conn: conn.execute(_SQL_GET, key).fetchone())
+        return None if row is None else self._decode(row[0], key, types)
 
-    def get_entry(self, device: str, op_id: str, call_key: str) -> CacheEntry | None:
+    def get_entry(
+        self, device: str, op_id: str, call_key: str, *, types: Any = None
+    ) -> CacheEntry | None:
         """The whole :class:`CacheEntry` (config, source, timings, version, time), or ``None``."""
         _check_args("nablax.kernels.PersistentCache.get_entry", device, op_id, call_key)
         key = (device, op_id, call_key)
         sql = _SQL_ENTRIES + " WHERE c.device = ? AND c.op_id = ? AND c.call_key = ?"
-        row = self._run(lambda conn: conn.execute(sql, key).fetchone())
-        return None if row is None else self._entry(row)
+        row = self._first(lambda conn: conn.execute(sql, key).fetchone())
+        return None if row is None else self._entry(row, True, types)
 
     def put(
         self,
@@ -395,39 +470,58 @@ class PersistentCache:
         _check_args(api, device, op_id, call_key, source)
         if not isinstance(signature, str):
             raise TypeError(f"{api}: signature must be a str, got {type(signature).__name__}.")
-        cfg_json = _encode(cfg, api)
-        timings_json = _timings_to_json(_norm_timings(timings, api))
+        encode = _encode if self._dumper is None else self._dump
+        cfg_json = encode(cfg, api)
+        timings_json = _dbmisc.timings_to_json(_norm_timings(timings, api, encode))
         key = (device, op_id, call_key)
-        stmts = [
-            (_SQL_PUT, (*key, cfg_json, source, _package_version(), time.time(), signature)),
-            (_SQL_PUT_TIMINGS, (*key, timings_json)),
-        ]
-        self._run(lambda conn: _transaction(conn, stmts))
+        self._write(
+            [
+                (_SQL_PUT, (*key, cfg_json, source, _package_version(), time.time(), signature)),
+                (_SQL_PUT_TIMINGS, (*key, timings_json)),
+            ],
+            api,
+        )
 
-    def entries(self, op_id: str | None = None) -> list[CacheEntry]:
+    def _dump(self, cfg: Any, api: str) -> str:
+        return _dbmisc.dump_with(self._dumper, cfg, api)
+
+    def entries(
+        self, op_id: str | None = None, *, resolve: bool = True, types: Any = None
+    ) -> list[CacheEntry]:
         """All entries (of one versioned op id if given), sorted by op, device and call key.
 
-        Stale entries (config class not importable) are left out, with a warning.
+        Stale entries (config class not declared, see ``cache.py``) are left out, with a warning.
+        ``resolve=False`` rebuilds no class at all: configs come back as :class:`StoredConfig`
+        text (what ``nablax cache list`` shows).
         """
         sql, params = _SQL_ENTRIES, ()
         if op_id is not None:
             sql, params = sql + " WHERE c.op_id = ?", (op_id,)
-        rows = self._run(lambda conn: conn.execute(sql + _ORDER, params).fetchall())
-        return [e for e in map(self._entry, rows) if e is not None]
+        mem_rows, file_rows = self._read(lambda conn: conn.execute(sql, params).fetchall())
+        rows = {tuple(r[:3]): r for r in file_rows or ()}
+        rows.update({tuple(r[:3]): r for r in mem_rows or ()})  # this process's entries win
+        out = (self._entry(rows[k], resolve, types) for k in sorted(rows, key=_op_first))
+        return [e for e in out if e is not None]
 
     def delete(self, op_id: str | None = None) -> int:
-        """Remove the configs of ``op_id`` (all configs if ``None``); return how many."""
+        """Remove the configs of ``op_id`` (all configs if ``None``); return how many.
+
+        In ``"read-only"`` mode only the entries kept in memory are removed."""
         where, params = ("", ()) if op_id is None else (" WHERE op_id = ?", (op_id,))
         stmts = [("DELETE FROM configs" + where, params), ("DELETE FROM timings" + where, params)]
-        return self._run(lambda conn: _transaction(conn, stmts))[0]
+        return self._write(stmts, "nablax.kernels.PersistentCache.delete")[0]
 
     def clear(self) -> None:
-        """Remove every config and every recorded invocation."""
+        """Remove every config and every recorded invocation (see ``delete`` for read-only)."""
         stmts = [(f"DELETE FROM {t}", ()) for t in ("configs", "timings", "invocations")]
-        self._run(lambda conn: _transaction(conn, stmts))
+        self._write(stmts, "nablax.kernels.PersistentCache.clear")
 
     def __len__(self) -> int:
-        return self._run(lambda conn: conn.execute("SELECT COUNT(*) FROM configs").fetchone()[0])
+        if self._mem is None:
+            _, n = self._read(lambda conn: conn.execute("SELECT count(*) FROM configs").fetchone())
+            return 0 if n is None else n[0]
+        mem_keys, file_keys = self._read(lambda conn: conn.execute(_SQL_KEYS).fetchall())
+        return len(set(mem_keys or ()) | set(file_keys or ()))
 
     # -- recorded invocations (NABLAX_OPS_RECORD=1) --
 
@@ -441,16 +535,20 @@ class PersistentCache:
                 f"Fix: pass json.dumps(...) of the abstract shapes and dtypes."
             )
         now = time.time()
-        params = (op_id, call_key, signature_json, now, now)
-        self._run(lambda conn: _transaction(conn, [(_SQL_RECORD, params)]))
+        self._write([(_SQL_RECORD, (op_id, call_key, signature_json, now, now))], api)
 
     def recorded(self, op_id: str | None = None) -> list[tuple[str, str, str, int]]:
-        """``(op_id, call_key, signature_json, count)`` of recorded invocations, sorted."""
-        sql, params = "SELECT op_id, call_key, signature_json, count FROM invocations", ()
+        """``(op_id, call_key, signature_json, count)`` of recorded invocations, sorted (counts
+        kept in memory in ``"read-only"`` mode are added to the file's)."""
+        sql, params = _SQL_RECORDED, ()
         if op_id is not None:
             sql, params = sql + " WHERE op_id = ?", (op_id,)
-        sql += " ORDER BY op_id, call_key"
-        return [tuple(r) for r in self._run(lambda conn: conn.execute(sql, params).fetchall())]
+        mem_rows, file_rows = self._read(lambda conn: conn.execute(sql, params).fetchall())
+        merged: dict[tuple[str, str], tuple[str, str, str, int]] = {}
+        for op, key, sig, count in [*(file_rows or ()), *(mem_rows or ())]:
+            old = merged.get((op, key))
+            merged[(op, key)] = (op, key, sig, count + (old[3] if old else 0))
+        return [merged[k] for k in sorted(merged)]
 
     # -- lifetime --
 
@@ -472,3 +570,8 @@ class PersistentCache:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _op_first(key: tuple[str, str, str]) -> tuple[str, str, str]:
+    device, op_id, call_key = key
+    return (op_id, device, call_key)

@@ -7,34 +7,48 @@ Both map ``(device, op_id, call_key)`` to a kernel config: ``device`` is a finge
 dataclass whose fields are JSON-able scalars or tuples of them; :func:`cfg_to_json` and
 :func:`cfg_from_json` store it as ``{"type": "module:qualname", "fields": {...}}``.
 
-The persistent cache (``_sqlite.py``, re-exported here) is one SQLite file in WAL mode, opened once
-per thread and per process, so any number of threads and processes may read and write it at the
-same time. A file that is not a valid database is moved aside with a warning and replaced by an
-empty one.
+A stored class name is only ever looked up among classes this process declared -- the ``Cfg`` of
+a ``Kernel[Cfg, Out]``, the configs a kernel's ``heuristic_cfg``/``candidate_cfgs`` return, classes
+this process stored, and :func:`register_config_class` -- never imported: whoever can write the
+cache file must not choose which module nablax imports.
+
+The persistent cache (``_sqlite.py``, re-exported here; the file format is ``_dbfile.py``) is one
+SQLite file in WAL mode shared by threads and processes. When it cannot be used (an unwritable
+folder, a file that is not nablax's, a newer schema), kernels keep working with one warning.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.metadata
 import json
 import os
 import sys
 import threading
 import time
+import typing
 import weakref
 from collections import OrderedDict
 from typing import Any
 
-__all__ = ["CacheEntry", "ConfigCache", "PersistentCache", "cfg_from_json", "cfg_to_json"]
+__all__ = [
+    "CacheEntry",
+    "CacheFileError",
+    "ConfigCache",
+    "PersistentCache",
+    "StoredConfig",
+    "cfg_from_json",
+    "cfg_to_json",
+    "declared_config_types",
+    "register_config_class",
+]
 
 SOURCES = ("autotune", "heuristic")
 _SCALARS = (int, float, str, bool, type(None))
 
-# Classes seen by cfg_to_json in this process, for configs whose class cannot be imported by name
-# (defined in a function, a doctest or a notebook cell): they still round-trip within the process.
-_SEEN_CLASSES: dict[str, type] = {}
+# Config classes that stored names may resolve to, by "module:qualname": every class cfg_to_json
+# stored in this process and every registered one. Names are never imported (see the docstring).
+_KNOWN_CLASSES: dict[str, type] = {}
 
 # Every live cache, so that a forked child can drop the connections and locks it inherited.
 _LIVE_CACHES: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -82,7 +96,7 @@ def _encode(cfg: Any, api: str) -> str:
             )
         fields[f.name] = v
     name = _type_name(cls)
-    _SEEN_CLASSES[name] = cls
+    _KNOWN_CLASSES[name] = cls
     return json.dumps({"type": name, "fields": fields}, sort_keys=True, separators=(",", ":"))
 
 
@@ -111,46 +125,169 @@ def _tuplify(v: Any) -> Any:
     return tuple(_tuplify(x) for x in v) if isinstance(v, list) else v
 
 
-def _resolve_class(name: str) -> Any:
-    mod_name, _, qualname = name.partition(":")
-    try:
-        obj: Any = importlib.import_module(mod_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-        return obj
-    except Exception:  # any import-time failure of a user module means: not importable here
-        return _SEEN_CLASSES.get(name)
+def _is_cfg_class(c: Any) -> bool:
+    return isinstance(c, type) and dataclasses.is_dataclass(c)
 
 
-def cfg_from_json(s: str) -> Any:
-    """Rebuild a config written by :func:`cfg_to_json` (JSON lists come back as tuples).
+def register_config_class(*classes: type) -> None:
+    """Let the caches rebuild stored configs of these classes (frozen dataclasses).
 
-    Raises ``ValueError`` for text that is not such a JSON document and ``TypeError`` when the
-    class cannot be imported or no longer accepts the stored fields (the caches then treat the
-    entry as stale).
+    Needed only for a config class that no kernel declares (as the ``Cfg`` of
+    ``Kernel[Cfg, Out]`` or through ``heuristic_cfg``/``candidate_cfgs``) and that this process has
+    not stored yet, e.g. when reading a database with :meth:`PersistentCache.entries`.
 
-    >>> from nablax.kernels.cache import cfg_from_json
-    >>> cfg_from_json('{"fields": {}, "type": "no_such_module:Cfg"}')
-    Traceback (most recent call last):
-    ...
-    TypeError: nablax.kernels.cache.cfg_from_json: config class no_such_module:Cfg cannot be ...
+    >>> import dataclasses
+    >>> from nablax.kernels.cache import register_config_class, cfg_from_json
+    >>> @dataclasses.dataclass(frozen=True)
+    ... class PlanCfg:
+    ...     unroll: int = 1
+    >>> register_config_class(PlanCfg)
+    >>> cfg_from_json('{"fields": {"unroll": 4}, "type": "%s:PlanCfg"}' % PlanCfg.__module__)
+    PlanCfg(unroll=4)
     """
-    api = "nablax.kernels.cache.cfg_from_json"
+    for cls in classes:
+        if not (_is_cfg_class(cls) and cls.__dataclass_params__.frozen):  # type: ignore[attr-defined]
+            raise TypeError(
+                f"nablax.kernels.cache.register_config_class: expected frozen dataclass classes, "
+                f"got {cls!r:.60}. Fix: pass the class itself, declared with "
+                f"@dataclasses.dataclass(frozen=True)."
+            )
+        _KNOWN_CLASSES[_type_name(cls)] = cls
+
+
+def _generic_cfg(cls: type) -> list[type]:
+    out = []
+    for base in getattr(cls, "__orig_bases__", ()):
+        args = typing.get_args(base)
+        if args and _is_cfg_class(args[0]):
+            out.append(args[0])
+    return out
+
+
+def declared_config_types(kernel: Any = None, inv: Any = None) -> tuple[type, ...]:
+    """The config classes ``kernel`` declares: the ``Cfg`` of ``Kernel[Cfg, Out]`` in its class
+    bases and, given an invocation, the classes of what its ``heuristic_cfg`` and
+    ``candidate_cfgs`` return for it (a hook that raises declares nothing). With no kernel: the
+    ``Cfg`` of every ``Kernel`` subclass defined so far.
+
+    >>> from nablax.kernels import library
+    >>> from nablax.kernels.cache import declared_config_types
+    >>> declared_config_types(library.MATMUL)
+    (<class 'nablax.kernels.library.matmul.MatmulCfg'>,)
+    """
+    found: dict[type, None] = {}
+    if kernel is None:
+        from .kernel import Kernel
+
+        stack = list(Kernel.__subclasses__())
+        while stack:
+            cls = stack.pop()
+            stack.extend(cls.__subclasses__())
+            found.update(dict.fromkeys(_generic_cfg(cls)))
+        return tuple(found)
+    for cls in type(kernel).__mro__:
+        found.update(dict.fromkeys(_generic_cfg(cls)))
+    if inv is not None:
+        found.update(dict.fromkeys(_hook_classes(kernel, inv)))
+    return tuple(found)
+
+
+def _hook_classes(kernel: Any, inv: Any) -> list[type]:
+    from .fingerprint import get_device_platform
+
+    plat, sm = get_device_platform(), getattr(inv, "method", None) == "shard_map"
+    out: list[type] = []
+    for hook in ("heuristic_cfg", "candidate_cfgs"):
+        try:
+            got = kernel.hook(hook, plat, sm)(inv)
+            cfgs = [got] if hook == "heuristic_cfg" else list(got or ())
+        except Exception:  # noqa: BLE001 - a failing hook only declares nothing
+            continue
+        out += [type(c) for c in cfgs if c is not None and _is_cfg_class(type(c))]
+    return out
+
+
+def _resolve_class(name: str, types: Any = None) -> type | None:
+    """The declared class stored as ``name``, or None. Never imports anything."""
+    cls = _KNOWN_CLASSES.get(name)
+    if cls is not None:
+        return cls
+    for group in (types, declared_config_types):
+        if callable(group):
+            try:
+                group = group()
+            except Exception:  # noqa: BLE001 - a failing declaration only declares nothing
+                group = ()
+        for c in group or ():
+            if _is_cfg_class(c) and _type_name(c) == name:
+                _KNOWN_CLASSES[name] = c
+                return c
+    return None
+
+
+def _parse(s: str, api: str) -> tuple[str, dict]:
     try:
         doc = json.loads(s)
-        name, fields = doc["type"], doc["fields"]
+        name = doc["type"]
+        fields = doc["fields"] if "fields" in doc else doc.get("value")
         if not isinstance(name, str) or not isinstance(fields, dict):
             raise TypeError("'type' must be a string and 'fields' an object")
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(
             f"{api}: {s!r:.80} is not a stored config ({e}). Fix: pass a string made by "
             f"cfg_to_json."
         ) from None
-    cls = _resolve_class(name)
-    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+    return name, fields
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredConfig:
+    """A stored config as text, without rebuilding its class (what ``nablax cache list`` shows,
+    so reading a database never runs code a class name points to).
+
+    >>> from nablax.kernels.cache import StoredConfig
+    >>> StoredConfig.from_json('{"fields": {"block": 8, "shape": [2, 2]}, "type": "m:TileCfg"}')
+    TileCfg(block=8, shape=(2, 2))
+    """
+
+    type_name: str
+    fields: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def from_json(cls, s: str) -> StoredConfig:
+        """Parse text made by :func:`cfg_to_json` (``ValueError`` for anything else)."""
+        name, fields = _parse(s, "nablax.kernels.cache.StoredConfig.from_json")
+        return cls(name, tuple((k, _tuplify(v)) for k, v in sorted(fields.items())))
+
+    def __repr__(self) -> str:
+        qualname = self.type_name.rpartition(":")[2]
+        return f"{qualname}({', '.join(f'{k}={v!r}' for k, v in self.fields)})"
+
+
+def cfg_from_json(s: str, types: Any = None) -> Any:
+    """Rebuild a config written by :func:`cfg_to_json` (JSON lists come back as tuples).
+
+    The stored class name is looked up among declared classes only (see the module docstring),
+    plus ``types``: classes, or a function returning them, e.g. a kernel's
+    ``declared_config_types``. Raises ``ValueError`` for text that is not such a JSON document and
+    ``TypeError`` when the class is not declared or no longer accepts the stored fields (the caches
+    then treat the entry as stale).
+
+    >>> from nablax.kernels.cache import cfg_from_json
+    >>> cfg_from_json('{"fields": {}, "type": "os:system"}')
+    Traceback (most recent call last):
+    ...
+    TypeError: nablax.kernels.cache.cfg_from_json: config class os:system is not one this ...
+    """
+    api = "nablax.kernels.cache.cfg_from_json"
+    name, fields = _parse(s, api)
+    cls = _resolve_class(name, types)
+    if cls is None:
         raise TypeError(
-            f"{api}: config class {name} cannot be imported in this process. Fix: make the module "
-            f"importable (on sys.path) or re-tune; the stored entry is stale."
+            f"{api}: config class {name} is not one this process declared, so the entry is not "
+            f"used (nablax never imports a module named by a cache entry). Fix: declare it as the "
+            f"Cfg of Kernel[Cfg, Out], call nablax.kernels.cache.register_config_class(...) "
+            f"with it, or re-tune."
         )
     try:
         return cls(**{k: _tuplify(v) for k, v in fields.items()})
@@ -211,8 +348,11 @@ def _check_args(api: str, device: Any, op_id: Any, call_key: Any, source: str = 
         raise ValueError(f"{api}: source={source!r} is not one of {SOURCES}. Fix: pass one.")
 
 
-def _norm_timings(timings: Any, api: str) -> tuple[tuple[str, float, str | None], ...]:
+def _norm_timings(
+    timings: Any, api: str, encode: Any = None
+) -> tuple[tuple[str, float, str | None], ...]:
     """``(cfg_json, seconds, error_text_or_None)`` rows from cfg objects, exceptions, numbers."""
+    encode = encode or _encode
     rows = []
     for item in timings or ():
         try:
@@ -226,7 +366,7 @@ def _norm_timings(timings: Any, api: str) -> tuple[tuple[str, float, str | None]
         if isinstance(err, BaseException):
             err = f"{type(err).__name__}: {err}"
         err = None if err is None else str(err)
-        rows.append((c if isinstance(c, str) else _encode(c, api), secs, err))
+        rows.append((c if isinstance(c, str) else encode(c, api), secs, err))
     return tuple(rows)
 
 
@@ -345,4 +485,4 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-from ._sqlite import PersistentCache  # noqa: E402 - uses the names above
+from ._sqlite import CacheFileError, PersistentCache  # noqa: E402 - uses the names above

@@ -1,14 +1,18 @@
 """``Executor``: prepare → choose a config → dispatch → custom VJP → stamp → record.
 
-``Executor(chooser)(kernel, *args, cfg=None, method=None, mesh=None, in_specs=None,
-out_specs=None, **kw)`` runs one kernel call:
+``Executor(chooser, stamp_prefix="nablax_kernel")(kernel, *args, cfg=None, method=None,
+mesh=None, in_specs=None, out_specs=None, stamp=True, check_vma=None, **kw)`` runs one kernel
+call (ejKernel's keywords are accepted: ``_cfg=`` is ``cfg=``; ``stamp=`` and ``check_vma=`` as
+below; any other keyword goes to the kernel):
 
 1. ``kernel.prepare(*args, **kw)`` normalizes the arguments;
 2. the chooser (a :class:`~.selection.ConfigSelectorChain`) picks the config;
 3. the most specific ``run`` for the platform and context is called through a ``jax.custom_vjp``
    built from the kernel's ``fwd_with_residuals`` / ``vjp`` (see ``_call.py``), inside an inner
-   ``jax.jit`` named by the profile stamp (``NABLAX_OPS_STAMP``), under ``jax.shard_map`` for
-   ``method="shard_map"``;
+   ``jax.jit`` named by the profile stamp (``<stamp_prefix>_<op>_v<version>_<hash>``; the
+   mode is ``NABLAX_OPS_STAMP``'s unless this call's ``stamp=`` says otherwise: False or
+   ``"none"`` for no name, ``"hash"``, ``"json"``), under ``jax.shard_map`` for
+   ``method="shard_map"`` (``check_vma=`` is passed to it; None keeps JAX's default);
 4. with ``NABLAX_OPS_RECORD=1`` the invocation's abstract signature is recorded once per process
    in the persistent database.
 
@@ -35,11 +39,14 @@ directly is a few microseconds.
 [2.0, 2.0, 2.0]
 >>> ex(Scale("scale"), jnp.ones(3), cfg=Cfg(3.0)).tolist()
 [3.0, 3.0, 3.0]
+>>> ex(Scale("scale"), jnp.ones(3), _cfg=Cfg(4.0), stamp=False).tolist()  # ejKernel's spelling
+[4.0, 4.0, 4.0]
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -49,24 +56,46 @@ import numpy as np
 from jax.core import Tracer
 
 from .. import _config
-from ._call import CallSpec
+from ._call import CallSpec, stamp_mode
 from .invocation import Invocation, _is_array, array_desc
 from .kernel import Kernel
-from .selection import ConfigSelectorChain, _overlays
+from .selection import Choice, ConfigSelectorChain, _overlays
 
 _SIMPLE_STATIC = (bool, int, float, str, type(None))
+_PREFIX = re.compile(r"[A-Za-z_][0-9A-Za-z_]*")
 _MEMO_SIZE = 4096
 _CONCRETE: tuple = (np.ndarray,)  # the common leaf types, matched exactly (+ jax's, at first use)
 
 
 class Executor:
-    """Runs kernels with chosen configs (see the module docstring)."""
+    """Runs kernels with chosen configs (see the module docstring).
 
-    def __init__(self, chooser: ConfigSelectorChain | None = None) -> None:
+    ``chooser``: a :class:`ConfigSelectorChain` (default: a new one), or any object with
+    ejKernel's ``choose(inv, kernel) -> cfg`` (asked on every call, nothing memoized).
+    ``stamp_prefix``: the first part of the name calls get in lowered HLO and profiles.
+    """
+
+    def __init__(
+        self, chooser: ConfigSelectorChain | Any = None, stamp_prefix: str = "nablax_kernel"
+    ) -> None:
         global _CONCRETE
         if len(_CONCRETE) == 1:
             _CONCRETE = (type(jax.numpy.zeros(())), np.ndarray)
         self.chooser = chooser if chooser is not None else ConfigSelectorChain()
+        if not callable(getattr(self.chooser, "choose", None)):
+            raise TypeError(
+                f"nablax.kernels.Executor: chooser must be a ConfigSelectorChain or have a "
+                f"choose(inv, kernel) method, got {type(self.chooser).__name__}. Fix: "
+                f"Executor(ConfigSelectorChain(...))"
+            )
+        if not isinstance(stamp_prefix, str) or not _PREFIX.fullmatch(stamp_prefix):
+            raise ValueError(
+                f"nablax.kernels.Executor: stamp_prefix must be a name of letters, digits and "
+                f"'_' (it starts function names in lowered HLO), got {stamp_prefix!r}. Fix: e.g. "
+                f"stamp_prefix='my_ops'"
+            )
+        self.stamp_prefix = stamp_prefix
+        self._chain = isinstance(self.chooser, ConfigSelectorChain)
         self._memo: OrderedDict = OrderedDict()  # shape signature -> (spec, generation, policy)
         self._specs: OrderedDict = OrderedDict()  # (kernel id, call_key, cfg) -> CallSpec
         self._lock = threading.Lock()
@@ -81,29 +110,31 @@ class Executor:
         mesh: Any = None,
         in_specs: Any = None,
         out_specs: Any = None,
+        stamp: bool | str = True,
+        check_vma: bool | None = None,
         **kw: Any,
     ) -> Any:
-        if not isinstance(kernel, Kernel):
-            raise TypeError(
-                f"nablax.kernels.Executor: the first argument must be a Kernel instance, got "
-                f"{type(kernel).__name__}"
-            )
-        if method not in (None, "shard_map"):
-            raise ValueError(
-                f"nablax.kernels.Executor: method must be None or 'shard_map', got {method!r}"
-            )
+        if "_cfg" in kw:
+            cfg = _cfg_alias(cfg, kw, "Executor")
+        _check_call(kernel, method, check_vma, "Executor")
         if type(kernel).prepare is not Kernel.prepare:
             args, kw = _prepared(kernel, args, kw)
         leaves, treedef = jax.tree_util.tree_flatten((args, kw))
         sig, kind = _signature(kernel, leaves, treedef)
+        if stamp is not True:
+            stamp_mode(stamp)  # a bad value is named before anything runs
+            sig = None if sig is None else (*sig, "stamp", stamp)
         spec = None
         if cfg is None and method is None and sig is not None:
             spec = self._fast_spec(sig)
         if spec is None:
-            inv = Invocation(kernel.versioned_id, args, kw, cfg, method, mesh, in_specs, out_specs)
-            choice = self.chooser.select(inv, kernel)
+            inv = Invocation(
+                kernel.versioned_id, args, kw, cfg, method, mesh, in_specs, out_specs,
+                stamp=stamp, check_vma=check_vma,
+            )  # fmt: skip
+            choice = self._select(inv, kernel)
             # overlay and override choices hold for this call / scope only: never memoized
-            memoize = method is None and choice.source not in ("overlay", "override")
+            memoize = method is None and choice.source not in ("overlay", "override", "chooser")
             memo_sig = sig if memoize else None
             spec = self._spec(kernel, inv, choice.cfg, memo_sig)
             if _config.get("ops_record"):
@@ -115,12 +146,54 @@ class Executor:
             return spec.forward()(*arrays)
         return spec.jitted()(*arrays)
 
+    def _select(self, inv: Invocation, kernel: Kernel) -> Choice:
+        if self._chain:
+            return self.chooser.select(inv, kernel)
+        return Choice(self.chooser.choose(inv, kernel), "chooser")
+
+    def choose_config(
+        self,
+        kernel: Kernel,
+        *args: Any,
+        cfg: Any = None,
+        method: str | None = None,
+        mesh: Any = None,
+        in_specs: Any = None,
+        out_specs: Any = None,
+        stamp: bool | str = True,
+        check_vma: bool | None = None,
+        **kw: Any,
+    ) -> Any:
+        """The config a call with these arguments would use, without running the kernel
+        (ejKernel's ``choose_config``): prepares the arguments and asks the chooser, so a cache
+        miss may autotune and store the result, exactly as the call would. Takes the call's
+        keywords (``cfg=`` / ``_cfg=`` is returned as is, after checking it).
+
+        >>> import jax.numpy as jnp
+        >>> from nablax.kernels import library, default_executor
+        >>> cfg = default_executor().choose_config(library.MATMUL, jnp.ones((4, 8)), jnp.ones((8, 2)))
+        >>> type(cfg).__name__
+        'MatmulCfg'
+        """
+        if "_cfg" in kw:
+            cfg = _cfg_alias(cfg, kw, "Executor.choose_config")
+        _check_call(kernel, method, check_vma, "Executor.choose_config")
+        stamp_mode(stamp, "Executor.choose_config")
+        args, kw = _prepared(kernel, args, kw)
+        inv = Invocation(
+            kernel.versioned_id, args, kw, cfg, method, mesh, in_specs, out_specs,
+            stamp=stamp, check_vma=check_vma,
+        )  # fmt: skip
+        return self._select(inv, kernel).cfg
+
     def clear(self) -> None:
         """Forget memoized calls and the memory cache's configs (the persistent one is kept)."""
         with self._lock:
             self._memo.clear()
             self._specs.clear()
-        self.chooser.cache.clear()
+        cache = getattr(self.chooser, "cache", None)
+        if cache is not None:
+            cache.clear()
 
     # -- fast path ---------------------------------------------------------------------------------
     def _fast_spec(self, sig: tuple) -> CallSpec | None:
@@ -137,10 +210,10 @@ class Executor:
 
     def _spec(self, kernel: Kernel, inv: Invocation, cfg: Any, sig: tuple | None) -> CallSpec:
         call_key = inv.call_key
-        skey = (id(kernel), call_key, cfg)
+        skey = (id(kernel), call_key, cfg, inv.stamp, inv.check_vma)
         spec = self._specs.get(skey)
         if spec is None or spec.kernel is not kernel:
-            spec = CallSpec(kernel, inv, cfg, call_key)
+            spec = CallSpec(kernel, inv, cfg, call_key, self.stamp_prefix)
             with self._lock:
                 self._specs[skey] = spec
                 if len(self._specs) > _MEMO_SIZE:
@@ -157,7 +230,7 @@ class Executor:
         rec = (kernel.versioned_id, inv.call_key)
         if rec in self._recorded:
             return
-        store = self.chooser.persistent
+        store = getattr(self.chooser, "persistent", None)
         if store is None:
             return
         leaves = jax.tree_util.tree_leaves((inv.args, inv.kwargs))
@@ -176,9 +249,22 @@ class Executor:
         self._recorded.add(rec)
 
     # -- compile -----------------------------------------------------------------------------------
-    def compile(self, kernel: Kernel, *example_args: Any, cfg: Any = None, **kw: Any):
+    def compile(
+        self,
+        kernel: Kernel,
+        *example_args: Any,
+        cfg: Any = None,
+        method: str | None = None,
+        mesh: Any = None,
+        in_specs: Any = None,
+        out_specs: Any = None,
+        stamp: bool | str = True,
+        check_vma: bool | None = None,
+        **kw: Any,
+    ):
         """A jitted function for calls shaped like ``example_args`` / ``kw``, with the config
-        chosen now and fixed. Static (non-array) arguments must equal the example's.
+        chosen now and fixed (its ``.cfg``). Static (non-array) arguments must equal the
+        example's. Takes the call's keywords (``_cfg=`` too); the result is differentiable.
 
         >>> import jax.numpy as jnp
         >>> from nablax.kernels import library, default_executor
@@ -186,9 +272,16 @@ class Executor:
         >>> f(jnp.ones((4, 8)), jnp.ones((8, 2))).shape
         (4, 2)
         """
+        if "_cfg" in kw:
+            cfg = _cfg_alias(cfg, kw, "Executor.compile")
+        _check_call(kernel, method, check_vma, "Executor.compile")
+        stamp_mode(stamp, "Executor.compile")
         args, kw2 = _prepared(kernel, example_args, kw)
-        inv = Invocation(kernel.versioned_id, args, kw2, cfg)
-        spec = self._spec(kernel, inv, self.chooser.choose(inv, kernel), None)
+        inv = Invocation(
+            kernel.versioned_id, args, kw2, cfg, method, mesh, in_specs, out_specs,
+            stamp=stamp, check_vma=check_vma,
+        )  # fmt: skip
+        spec = self._spec(kernel, inv, self._select(inv, kernel).cfg, None)
         jitted = jax.jit(spec.forward())
         want = spec.static_key
 
@@ -206,6 +299,34 @@ class Executor:
         compiled.cfg = spec.cfg  # type: ignore[attr-defined]
         compiled.__name__ = f"compiled_{kernel.op_id}"
         return compiled
+
+
+def _cfg_alias(cfg: Any, kw: dict, where: str) -> Any:
+    """ejKernel's ``_cfg=`` keyword: the same as ``cfg=`` (giving both is an error)."""
+    alias = kw.pop("_cfg")
+    if cfg is not None and alias is not None and alias is not cfg:
+        raise TypeError(
+            f"nablax.kernels.{where}: got both cfg={cfg!r} and _cfg={alias!r}; _cfg is ejKernel's "
+            f"spelling of cfg. Fix: pass only one of them"
+        )
+    return alias if cfg is None else cfg
+
+
+def _check_call(kernel: Any, method: Any, check_vma: Any, where: str) -> None:
+    if not isinstance(kernel, Kernel):
+        raise TypeError(
+            f"nablax.kernels.{where}: the first argument must be a Kernel instance, got "
+            f"{type(kernel).__name__}"
+        )
+    if method not in (None, "shard_map"):
+        raise ValueError(
+            f"nablax.kernels.{where}: method must be None or 'shard_map', got {method!r}"
+        )
+    if check_vma is not None and not isinstance(check_vma, bool):
+        raise TypeError(
+            f"nablax.kernels.{where}: check_vma must be True, False or None (JAX's default), got "
+            f"{type(check_vma).__name__}. Fix: e.g. check_vma=False"
+        )
 
 
 def _prepared(kernel: Kernel, args: tuple, kw: dict) -> tuple[tuple, dict]:

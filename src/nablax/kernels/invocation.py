@@ -151,9 +151,24 @@ def _mesh_key(mesh: Any) -> str:
 class Invocation:
     """One call of a kernel: the (versioned) op id, the prepared arguments and the call options.
 
-    ``op_id`` is the versioned id (``"matmul@v1"``). ``override_cfg`` is an explicit ``cfg=``,
-    used for this call only. ``method="shard_map"`` with ``mesh`` / ``in_specs`` / ``out_specs``
-    runs the kernel per shard.
+    ``op_id`` is the versioned id (``"matmul@v1"``); an unversioned id equal to the kernel's
+    ``op_id`` (how ejKernel code builds invocations) is accepted by ``ConfigSelectorChain``, which
+    adds the kernel's version. ``override_cfg`` is an explicit ``cfg=``, used for this call only.
+    ``method="shard_map"`` with ``mesh`` / ``in_specs`` / ``out_specs`` runs the kernel per shard.
+
+    Keyword-only, as in ejKernel: ``batch_axes`` (a mapping from argument name to its batch axis,
+    part of the call key when given), ``stamp`` (the executor's ``stamp=``: True, False or a mode
+    ``"hash"`` / ``"json"`` / ``"none"``; not part of the call key) and ``check_vma`` (passed to
+    ``jax.shard_map``; None keeps JAX's default).
+
+    >>> import jax.numpy as jnp
+    >>> from nablax.kernels import Invocation
+    >>> inv = Invocation("scale", (jnp.ones(3),), {}, batch_axes={"x": 0}, stamp=False)
+    >>> inv.versioned_op_id, inv.batch_axes, inv.stamp, inv.override_cfg
+    ('scale@v1', {'x': 0}, False, None)
+    >>> plain = Invocation("scale", (jnp.ones(3),), {})
+    >>> inv.call_key == plain.call_key  # batch_axes is part of the key, stamp is not
+    False
     """
 
     op_id: str
@@ -164,6 +179,16 @@ class Invocation:
     mesh: Any = None
     in_specs: Any = None
     out_specs: Any = None
+    batch_axes: Any = dataclasses.field(default=None, kw_only=True)
+    stamp: bool | str = dataclasses.field(default=True, kw_only=True)
+    check_vma: bool | None = dataclasses.field(default=None, kw_only=True)
+
+    @property
+    def versioned_op_id(self) -> str:
+        """``op_id`` with its version: ``op_id`` itself when it names one (``"matmul@v1"``, what
+        the executor builds), else ``op_id`` at nablax's default version 1 (the chain uses the
+        kernel's own version for such invocations)."""
+        return self.op_id if "@v" in self.op_id else f"{self.op_id}@v1"
 
     @functools.cached_property
     def _parts(self) -> tuple[str, str]:
@@ -185,6 +210,8 @@ class Invocation:
                 f"in={static_key(_spec_key(self.in_specs), 'in_specs')}|"
                 f"out={static_key(_spec_key(self.out_specs), 'out_specs')}"
             )
+        if self.batch_axes is not None:
+            ctx += f"|batch_axes={static_key(self.batch_axes, 'batch_axes')}"
         text = f"{self.op_id}|{_treedef_key(treedef)}|{';'.join(keys)}{ctx}"
         return hashlib.sha256(text.encode()).hexdigest()[:40], ", ".join(desc)
 

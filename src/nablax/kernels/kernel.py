@@ -22,6 +22,11 @@ the most specific one that exists: ``<hook>_shard_map_<platform>`` → ``<hook>_
 >>> k = Scale("scale")
 >>> k.versioned_id
 'scale@v1'
+>>> class SeedStyle(Scale):       # ejKernel's spelling: a string version, op_id as a class attribute
+...     op_id = "seed_scale"
+...     version = "2"
+>>> SeedStyle().versioned_id
+'seed_scale@v2'
 >>> k.hook("run", "cpu")(jnp.ones(2), cfg=ScaleCfg()).tolist()
 [2.0, 2.0]
 """
@@ -29,6 +34,7 @@ the most specific one that exists: ``<hook>_shard_map_<platform>`` → ``<hook>_
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -48,31 +54,34 @@ PLATFORMS = ("cpu", "gpu", "tpu")
 class Kernel(Generic[Cfg, Out]):
     """Base class of tunable kernels (see the module docstring).
 
-    ``op_id`` names the operation (``"matmul"``); ``version`` (a class attribute, default 1) is
-    bumped when an implementation changes in a way that makes stored configs or timings stale:
-    caches key on the versioned id ``"matmul@v1"``.
+    ``op_id`` names the operation (``"matmul"``): the constructor's argument, else a class
+    attribute ``op_id``, else ``"<module>.<ClassName>"`` (as in ejKernel). ``version`` (a class
+    attribute, default 1) is bumped when an implementation changes in a way that makes stored
+    configs or timings stale: caches key on the versioned id ``"matmul@v1"``. It may be an int
+    (``version = 1``) or ejKernel's string spelling (``version = "1"``); both give ``@v1``, and a
+    non-numeric tag such as ``"2b"`` is kept as written (``@v2b``).
     """
 
-    version: int = 1
+    version: int | str = 1
 
-    def __init__(self, op_id: str) -> None:
+    def __init__(self, op_id: str | None = None) -> None:
+        if op_id is None:
+            declared = getattr(type(self), "op_id", None)
+            op_id = declared if isinstance(declared, str) else _default_op_id(type(self))
         if not isinstance(op_id, str) or not op_id or "@" in op_id or op_id.strip() != op_id:
             raise ValueError(
                 f"nablax.kernels.Kernel: op_id must be a non-empty string without '@' or "
-                f"surrounding spaces, got {op_id!r}"
+                f"surrounding spaces, got {op_id!r}. Fix: pass a name such as "
+                f"{type(self).__name__}('my_op')"
             )
-        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
-            raise ValueError(
-                f"nablax.kernels.Kernel: {type(self).__name__}.version must be a positive int, "
-                f"got {self.version!r}"
-            )
+        version_tag(self)  # validates the class's version now, not at the first call
         self.op_id = op_id
         self._hooks: dict[tuple[str, str, bool], Callable] = {}
 
     @property
     def versioned_id(self) -> str:
         """``"<op_id>@v<version>"``: the id caches and stamps use."""
-        return f"{self.op_id}@v{self.version}"
+        return f"{self.op_id}@v{version_tag(self)}"
 
     # -- hooks (defaults) -------------------------------------------------------------------------
     def run(self, *args: Any, cfg: Cfg, **kw: Any) -> Out:
@@ -111,10 +120,10 @@ class Kernel(Generic[Cfg, Out]):
     def hook(self, name: str, platform: str, shard_map: bool = False) -> Callable:
         """The most specific implementation of hook ``name`` for ``platform`` and context."""
         key = (name, platform, shard_map)
-        fn = self._hooks.get(key)
+        hooks = self.__dict__.setdefault("_hooks", {})  # a subclass may skip Kernel.__init__
+        fn = hooks.get(key)
         if fn is None:
-            fn = self._resolve(name, platform, shard_map)
-            self._hooks[key] = fn
+            fn = hooks[key] = self._resolve(name, platform, shard_map)
         return fn
 
     def hook_name(self, name: str, platform: str, shard_map: bool = False) -> str:
@@ -134,6 +143,31 @@ class Kernel(Generic[Cfg, Out]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.versioned_id!r})"
+
+
+_VERSION_TEXT = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")
+
+
+def version_tag(kernel: Any) -> str:
+    """The text after ``@v`` in a kernel's versioned id: an int (or a string of digits, ejKernel's
+    spelling) gives its decimal value, so ``1`` and ``"1"`` both give ``"1"``; other strings of
+    letters, digits, ``.``, ``_`` and ``-`` are kept as written."""
+    v = getattr(kernel, "version", 1)
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return str(v)
+    if isinstance(v, str) and v.strip().isdigit():
+        return str(int(v.strip()))
+    if isinstance(v, str) and _VERSION_TEXT.fullmatch(v):
+        return v
+    raise ValueError(
+        f"nablax.kernels.Kernel: {type(kernel).__name__}.version must be an int >= 0 or a "
+        f"version string of letters, digits, '.', '_' or '-' (such as \"1\" or \"2.1\"), got "
+        f'{v!r}. Fix: declare e.g. version = 1 (or version = "1") on the class'
+    )
+
+
+def _default_op_id(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}".replace("<locals>.", "")
 
 
 def _platform_of_default() -> str:

@@ -9,6 +9,18 @@ a block of code in the current thread / task only. A heuristic result is stored 
 ``"heuristic"``: a later lookup under a policy that wants autotuning ignores it and tunes, so a
 process without autotuning never blocks a later one from tuning.
 
+The baseline rule: when a kernel has both ``heuristic_cfg`` and ``candidate_cfgs``, autotuning
+times the heuristic's config beside the candidates and keeps it unless the fastest candidate is
+clearly faster: by more than ``min_gain`` (default 3 %) in the median of per-round time ratios and
+in at least three rounds of four. So a tuned config is never a noisy measurement's accident, and a
+kernel author's default stays unless measurably beaten. ``AutotunePolicy(min_gain=0)`` turns the
+rule off: the fastest candidate by median wins (ejKernel's rule), the heuristic's config timed
+only when it is itself a candidate.
+
+A tuner whose class overrides ejKernel's ``Tuner.autotune`` or ``Tuner.measure`` (or any object
+with an ``autotune(make_fn, args, kwargs, candidates)`` method) is called that way, on concrete
+arrays, and its answer is stored as the autotuned config (without timings).
+
 >>> import dataclasses, jax.numpy as jnp
 >>> from nablax.kernels import (Kernel, Invocation, ConfigSelectorChain, ConfigCache,
 ...     AutotunePolicy, overlay_cache, device_fingerprint)
@@ -39,19 +51,24 @@ import contextlib
 import contextvars
 import dataclasses
 import threading
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import jax
+
 from .. import _config
 from ..errors import NoConfigError
-from .cache import ConfigCache, PersistentCache, cfg_to_json
+from ._call import CallSpec
+from .cache import ConfigCache, PersistentCache, cfg_to_json, declared_config_types
 from .fingerprint import device_fingerprint, get_device_platform
 from .invocation import Invocation
 from .kernel import Kernel, check_cfg
-from .tuner import Tuner
+from .tuner import Tuner, TuneResult, check_min_gain, concrete_call
 
 _FALLBACKS = ("autotune", "heuristic", "error")
+_FALLBACK_ALIASES = {"heuristics": "heuristic"}  # ejKernel's spelling
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,20 +76,34 @@ class AutotunePolicy:
     """What a cache miss may do.
 
     ``cache_miss_fallback``: ``"autotune"`` (tune, else heuristic), ``"heuristic"`` (heuristic,
-    else tune) or ``"error"`` (raise ``NoConfigError``). ``allow_autotune`` / ``allow_heuristics``
-    switch the two steps off.
+    else tune; ejKernel's spelling ``"heuristics"`` is accepted and stored as ``"heuristic"``) or
+    ``"error"`` (raise ``NoConfigError``). ``allow_autotune`` / ``allow_heuristics`` switch the two
+    steps off. ``min_gain`` (keyword-only): how much faster than the heuristic's config a candidate
+    must be to be chosen (the baseline rule in the module docstring); None uses the tuner's own
+    (0.03 unless ``Tuner(min_gain=...)``), 0 means the fastest candidate wins.
+
+    >>> from nablax.kernels import AutotunePolicy
+    >>> AutotunePolicy(cache_miss_fallback="heuristics").cache_miss_fallback
+    'heuristic'
+    >>> AutotunePolicy(min_gain=0).min_gain
+    0.0
     """
 
     allow_autotune: bool = True
     allow_heuristics: bool = True
     cache_miss_fallback: str = "autotune"
+    min_gain: float | None = dataclasses.field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        if self.cache_miss_fallback not in _FALLBACKS:
+        fallback = _FALLBACK_ALIASES.get(self.cache_miss_fallback, self.cache_miss_fallback)
+        if fallback not in _FALLBACKS:
             raise ValueError(
-                f"nablax.kernels.AutotunePolicy: cache_miss_fallback must be one of {_FALLBACKS}, "
-                f"got {self.cache_miss_fallback!r}"
+                f"nablax.kernels.AutotunePolicy: cache_miss_fallback must be one of {_FALLBACKS} "
+                f"(or ejKernel's 'heuristics'), got {self.cache_miss_fallback!r}. Fix: e.g. "
+                f"AutotunePolicy(cache_miss_fallback='heuristic')"
             )
+        object.__setattr__(self, "cache_miss_fallback", fallback)
+        object.__setattr__(self, "min_gain", check_min_gain(self.min_gain, "AutotunePolicy"))
 
     @property
     def wants_autotune(self) -> bool:
@@ -124,9 +155,10 @@ def policy_override(
     allow_autotune: bool | None = None,
     allow_heuristics: bool | None = None,
     cache_miss_fallback: str | None = None,
+    min_gain: float | None = None,
 ) -> Iterator[AutotunePolicy]:
     """Change ``selector``'s policy in this block (current thread / task only). Yields the policy
-    in force.
+    in force. Arguments left None keep the chain's current values.
 
     >>> from nablax.kernels import ConfigSelectorChain, policy_override
     >>> chain = ConfigSelectorChain(persistent=False)
@@ -147,6 +179,7 @@ def policy_override(
             ("allow_autotune", allow_autotune),
             ("allow_heuristics", allow_heuristics),
             ("cache_miss_fallback", cache_miss_fallback),
+            ("min_gain", min_gain),
         )
         if v is not None
     }
@@ -189,6 +222,12 @@ class ConfigSelectorChain:
         self.cache = cache if cache is not None else ConfigCache()
         self._policy = policy or AutotunePolicy(allow_autotune=_config.get("autotune"))
         self.tuner = tuner if tuner is not None else Tuner()
+        if not isinstance(self.tuner, Tuner) and not callable(getattr(self.tuner, "autotune", 0)):
+            raise TypeError(
+                f"nablax.kernels.ConfigSelectorChain: tuner must be a nablax.kernels.Tuner or have "
+                f"ejKernel's autotune(make_fn, args, kwargs, candidates) method, got "
+                f"{type(self.tuner).__name__}. Fix: pass Tuner(...) or a subclass"
+            )
         self._persistent = persistent
         self._locks: dict[tuple, threading.Lock] = {}
         self._locks_guard = threading.Lock()
@@ -219,6 +258,8 @@ class ConfigSelectorChain:
 
     def select(self, inv: Invocation, kernel: Kernel) -> Choice:
         """Like ``choose``, also saying which step of the chain answered."""
+        if inv.op_id == kernel.op_id:  # ejKernel builds invocations with the unversioned id
+            inv = dataclasses.replace(inv, op_id=kernel.versioned_id)
         if inv.op_id != kernel.versioned_id:
             raise ValueError(
                 f"nablax.kernels.ConfigSelectorChain.choose: the invocation is for {inv.op_id!r} "
@@ -232,11 +273,11 @@ class ConfigSelectorChain:
         if cfg is not None:
             return Choice(cfg, "overlay")
         policy = self.policy
-        hit = self._cached(key, policy)
+        hit = self._cached(key, policy, kernel, inv)
         if hit is not None:
             return hit
         with self._key_lock(key):  # one tuning per key, however many threads miss at once
-            hit = self._cached(key, policy)
+            hit = self._cached(key, policy, kernel, inv)
             if hit is not None:
                 return hit
             return self._miss(inv, kernel, key, policy)
@@ -254,11 +295,25 @@ class ConfigSelectorChain:
             check_cfg(kernel, c, "candidate_cfgs")
         key = (device_fingerprint(), inv.op_id, inv.call_key)
         with self._key_lock(key):
-            result = self.tuner.tune(kernel, inv, candidates, self._baseline(inv, kernel))
+            result = self._autotune(inv, kernel, candidates, self.policy)
             if result.best is None:
                 raise self._no_config(inv, key, "every candidate failed")
             self._store(key, inv, result.best, "autotune", _timing_rows(result.timings))
         return Choice(result.best, "autotune"), result
+
+    def _autotune(self, inv: Invocation, kernel: Kernel, candidates: list, policy) -> TuneResult:
+        """Time the candidates with this chain's tuner (see the module docstring)."""
+        tuner = self.tuner
+        if not _seed_protocol(tuner):
+            baseline = self._baseline(inv, kernel) if policy.min_gain != 0 else None
+            return tuner.tune(kernel, inv, candidates, baseline, min_gain=policy.min_gain)
+        start = time.perf_counter()
+        with jax.ensure_compile_time_eval():  # concrete arrays even inside an enclosing trace
+            args, kwargs, synthetic = concrete_call(inv)
+            best = tuner.autotune(_make_fn(kernel, inv), args, kwargs, candidates)
+        if best is not None:
+            check_cfg(kernel, best, f"{type(tuner).__name__}.autotune")
+        return TuneResult(best, (), synthetic, time.perf_counter() - start)
 
     def _baseline(self, inv: Invocation, kernel: Kernel) -> Any:
         """The heuristic's config, which tuning keeps unless a candidate is clearly faster."""
@@ -272,13 +327,14 @@ class ConfigSelectorChain:
     def _usable(self, entry: Any, key: tuple, policy: AutotunePolicy) -> bool:
         return entry.source != "heuristic" or not policy.wants_autotune or key in self._untunable
 
-    def _cached(self, key: tuple, policy: AutotunePolicy) -> Choice | None:
+    def _cached(self, key: tuple, policy: AutotunePolicy, kernel=None, inv=None) -> Choice | None:
         entry = self.cache.get_entry(*key)
         if entry is not None and self._usable(entry, key, policy):
             return Choice(entry.cfg, "memory")
         store = self.persistent
         if store is not None:
-            entry = store.get_entry(*key)
+            # stored class names resolve only among the classes this kernel declares (cache.py)
+            entry = store.get_entry(*key, types=lambda: declared_config_types(kernel, inv))
             if entry is not None and self._usable(entry, key, policy):
                 self.cache.put(*key, entry.cfg, source=entry.source, timings=entry.timings)
                 return Choice(entry.cfg, "persistent")
@@ -308,7 +364,7 @@ class ConfigSelectorChain:
                     tried.append("autotune (the kernel has no candidate configs)")
                     self._untunable.add(key)
                     continue
-                result = self.tuner.tune(kernel, inv, candidates, self._baseline(inv, kernel))
+                result = self._autotune(inv, kernel, candidates, policy)
                 timings = _timing_rows(result.timings)
                 if result.best is not None:
                     self._store(key, inv, result.best, "autotune", timings)
@@ -347,6 +403,35 @@ class ConfigSelectorChain:
             f"on {key[0]}: {why}. Fix: pass cfg=..., allow autotuning or heuristics "
             f"(AutotunePolicy), or give the kernel heuristic_cfg / candidate_cfgs"
         )
+
+
+def _seed_protocol(tuner: Any) -> bool:
+    """Whether the chain calls ``tuner.autotune(make_fn, args, kwargs, candidates)`` (ejKernel's
+    protocol: a foreign tuner, or a Tuner subclass that overrides ``autotune`` or ``measure`` but
+    not ``tune``) instead of ``tuner.tune``."""
+    if not isinstance(tuner, Tuner):
+        return True
+    cls = type(tuner)
+    if cls.tune is not Tuner.tune:
+        return False
+    return cls.autotune is not Tuner.autotune or cls.measure is not Tuner.measure
+
+
+def _make_fn(kernel: Kernel, inv: Invocation) -> Any:
+    """ejKernel's ``make_fn``: ``cfg -> f(*args, **kwargs)`` running the kernel's most specific
+    ``run`` (shard-mapped for ``method="shard_map"``) with that config."""
+
+    def make_fn(cfg: Any) -> Any:
+        def f(*args: Any, **kwargs: Any) -> Any:
+            call = dataclasses.replace(inv, args=tuple(args), kwargs=dict(kwargs))
+            spec = CallSpec(kernel, call, cfg, inv.call_key)
+            leaves = jax.tree_util.tree_leaves((call.args, call.kwargs))
+            return spec.tune_fn()(*[leaves[i] for i in spec.array_pos])
+
+        f.__name__ = f"{kernel.op_id}_with_cfg"
+        return f
+
+    return make_fn
 
 
 def _timing_rows(timings) -> tuple:

@@ -12,6 +12,11 @@ caller), never skipped silently. When tuning takes longer than a second a progre
 to stderr. ``budget_s`` bounds one tuning: candidates left when it is spent are recorded as not
 timed (``inf``, with the reason).
 
+The baseline rule (see :meth:`Tuner.tune`): the heuristic's config is timed beside the candidates
+and kept unless a candidate is clearly faster, by more than ``min_gain``; ``min_gain=0`` means the
+fastest candidate wins. ejKernel's entry points are here too: :meth:`Tuner.measure` (seconds per
+call of a function) and :meth:`Tuner.autotune` (the fastest of ``make_fn(cfg)`` over candidates).
+
 >>> import dataclasses, jax.numpy as jnp
 >>> from nablax.kernels import Kernel, Invocation, Tuner
 >>> @dataclasses.dataclass(frozen=True)
@@ -71,7 +76,11 @@ class Tuner:
     ``warmup`` untimed runs and ``iters`` timed runs per candidate; ``budget_s`` seconds at most
     per tuning (the first candidate is always timed); ``progress``: True/False, or None to show a
     progress line on stderr once tuning has taken over a second; ``min_gain``: how much faster
-    (0.03 = 3 %) a candidate must be to replace the baseline (see :meth:`tune`).
+    (0.03 = 3 %) a candidate must be to replace the baseline, 0 for "the fastest candidate wins"
+    (see :meth:`tune`; ``AutotunePolicy(min_gain=...)`` overrides it per chain or scope).
+
+    Besides :meth:`tune` (what the selection chain calls), it offers ejKernel's two entry points,
+    :meth:`measure` and :meth:`autotune`, with the same safeguards.
     """
 
     def __init__(
@@ -85,29 +94,140 @@ class Tuner:
         if warmup < 0 or iters < 1 or budget_s <= 0:
             raise ValueError(
                 f"nablax.kernels.Tuner: need warmup >= 0, iters >= 1 and budget_s > 0, got "
-                f"warmup={warmup}, iters={iters}, budget_s={budget_s}"
+                f"warmup={warmup}, iters={iters}, budget_s={budget_s}. Fix: e.g. "
+                f"Tuner(warmup=2, iters=10, budget_s=60)"
             )
         self.warmup, self.iters, self.budget_s, self.progress = warmup, iters, budget_s, progress
-        self.min_gain = min_gain
+        self.min_gain = check_min_gain(min_gain, "Tuner", allow_none=False)
 
     def tune(
-        self, kernel: Any, inv: Invocation, candidates: Sequence[Any], baseline: Any = None
+        self,
+        kernel: Any,
+        inv: Invocation,
+        candidates: Sequence[Any],
+        baseline: Any = None,
+        min_gain: float | None = None,
     ) -> TuneResult:
         """Time ``candidates`` for ``inv`` and return the fastest (ties: the earlier).
 
-        ``baseline`` (the heuristic's config, timed too) is kept unless the fastest candidate
-        beats it by more than ``min_gain`` in the median of the per-round ratios and in at least
-        three rounds out of four: a noisy machine then never swaps a good default for one that
-        only looked faster.
+        The baseline rule: ``baseline`` (the heuristic's config; the chain passes it) is timed too
+        and kept unless the fastest candidate beats it by more than ``min_gain`` (this tuner's
+        ``min_gain`` when None) in the median of the per-round time ratios and in at least three
+        rounds out of four: a noisy machine then never swaps a good default for one that only
+        looked faster. ``min_gain=0`` turns the rule off: the fastest candidate by median wins, and
+        the baseline is not timed unless it is one of the candidates.
         """
+        gain = self.min_gain if min_gain is None else check_min_gain(min_gain, "Tuner.tune")
+        from ._call import CallSpec
+
+        def build(cfg: Any) -> Any:
+            return CallSpec(kernel, inv, cfg, inv.call_key).tune_fn()
+
+        with jax.ensure_compile_time_eval():  # run for real even inside an enclosing trace
+            arrays, synthetic = _concrete_arrays(inv)
+        name = f"{kernel.versioned_id} for ({inv.signature})"
+        return self._run(kernel.versioned_id, name, candidates, build, arrays, synthetic,
+                         baseline if gain > 0 else None, gain)  # fmt: skip
+
+    def measure(self, fn: Any, *args: Any, **kwargs: Any) -> float:
+        """Seconds one call of ``fn(*args, **kwargs)`` takes: the median of ``iters`` synchronized
+        runs of ``jax.jit(fn)`` compiled ahead of time, after ``warmup`` runs (ejKernel's
+        ``Tuner.measure``). Array leaves of the arguments are the jitted function's inputs, other
+        leaves are constants. Tracers (a call under ``jax.jit``) and ``jax.ShapeDtypeStruct``s are
+        replaced by concrete arrays of the same shape and dtype, so a trace is never what is timed.
+
+        >>> import jax.numpy as jnp
+        >>> from nablax.kernels import Tuner
+        >>> t = Tuner(warmup=1, iters=3).measure(lambda a, *, k: jnp.tanh(a) * k, jnp.ones(64), k=2)
+        >>> 0.0 < t < 1.0
+        True
+        """
+        with jax.ensure_compile_time_eval():
+            arrays, rebuild, _ = _split_call(args, kwargs)
+            compiled = jax.jit(_calling(fn, rebuild)).lower(*arrays).compile()
+            for _ in range(self.warmup):
+                jax.block_until_ready(compiled(*arrays))
+            times = [self.time_once(compiled, arrays, None) for _ in range(self.iters)]
+        return float(np.median(times))
+
+    def autotune(
+        self,
+        make_fn: Any,
+        args: tuple,
+        kwargs: dict,
+        candidates: Any,
+        *,
+        baseline: Any = None,
+        min_gain: float | None = None,
+    ) -> Any:
+        """The fastest of ``candidates`` for ``make_fn(cfg)(*args, **kwargs)`` (ejKernel's
+        ``Tuner.autotune``), or None when every candidate failed (each failure is reported in a
+        ``RuntimeWarning``). Candidates are compiled ahead of time and timed in interleaved rounds
+        on concrete arrays, within ``budget_s``, as in :meth:`tune`, whose baseline rule applies
+        when ``baseline`` is given. A subclass that overrides :meth:`measure` (ejKernel's extension
+        point) is timed by its ``measure``, one call per candidate.
+
+        >>> import jax, jax.numpy as jnp
+        >>> from nablax.kernels import Tuner
+        >>> def make_fn(n):                   # config: how many tanh steps (same shapes)
+        ...     return lambda x: jax.lax.fori_loop(0, n, lambda _, y: jnp.tanh(y @ y), x)
+        >>> Tuner(warmup=1, iters=3).autotune(make_fn, (jnp.eye(64),), {}, [2000, 2])
+        2
+        """
+        candidates = list(candidates)
+        if not candidates:
+            raise ValueError(
+                "nablax.kernels.Tuner.autotune: candidates is empty. Fix: pass at least one config"
+            )
+        if not callable(make_fn):
+            raise TypeError(
+                f"nablax.kernels.Tuner.autotune: make_fn must be a callable cfg -> function, got "
+                f"{type(make_fn).__name__}. Fix: pass e.g. lambda cfg: functools.partial(run, "
+                f"cfg=cfg)"
+            )
+        if type(self).measure is not Tuner.measure:
+            return self._autotune_by_measure(make_fn, args, kwargs, candidates)
+        gain = self.min_gain if min_gain is None else check_min_gain(min_gain, "Tuner.autotune")
+        with jax.ensure_compile_time_eval():
+            arrays, rebuild, synthetic = _split_call(args, kwargs)
+
+        def build(cfg: Any) -> Any:
+            return _calling(make_fn(cfg), rebuild)
+
+        fn_name = getattr(make_fn, "__qualname__", type(make_fn).__name__)
+        name = f"{fn_name} for ({', '.join(array_desc(a) for a in arrays)})"
+        result = self._run(fn_name, name, candidates, build, arrays, synthetic,
+                           baseline if gain > 0 else None, gain)  # fmt: skip
+        return result.best
+
+    def _autotune_by_measure(self, make_fn, args, kwargs, candidates) -> Any:
+        best, best_t, failed = None, math.inf, []
+        for cfg in dict.fromkeys(candidates):
+            try:
+                t = float(self.measure(make_fn(cfg), *args, **kwargs))
+            except Exception as e:  # noqa: BLE001 - a failing candidate is data, reported below
+                failed.append(f"{cfg}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                continue
+            if t < best_t:
+                best, best_t = cfg, t
+        if failed:
+            warnings.warn(
+                f"nablax.kernels.Tuner.autotune: {len(failed)} of {len(candidates)} candidate "
+                f"config(s) failed and scored inf: {'; '.join(failed)}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        return best
+
+    def _run(self, label, name, candidates, build, arrays, synthetic, baseline, gain):
+        """Compile, time in rounds and pick (the engine of ``tune`` and ``autotune``)."""
         candidates = list(dict.fromkeys(candidates))  # unique, in order
         if baseline is not None and baseline not in candidates:
             candidates.append(baseline)
         start = time.perf_counter()
-        bar = _Progress(kernel.versioned_id, len(candidates), self.progress, start)
-        with jax.ensure_compile_time_eval():  # run for real even inside an enclosing trace
-            arrays, synthetic = _concrete_arrays(inv)
-            compiled, failed = self._compile_all(kernel, inv, candidates, arrays, start, bar)
+        bar = _Progress(label, len(candidates), self.progress, start)
+        with jax.ensure_compile_time_eval():
+            compiled, failed = self._compile_all(build, candidates, arrays, start, bar)
             times = self._rounds(compiled, arrays, start)
         bar.close()
         timings = []
@@ -118,26 +238,25 @@ class Tuner:
             ts = sorted(times[cfg])
             spread = float(np.percentile(ts, 90) - np.percentile(ts, 10))
             timings.append(CandidateTiming(cfg, float(np.median(ts)), spread))
-        _report_failures(kernel, inv, timings)
+        _report_failures(name, timings)
         finite = [t for t in timings if math.isfinite(t.median_s)]
         best = min(finite, key=lambda t: t.median_s).cfg if finite else None
         if best is not None and baseline in times and best != baseline:
-            if not self._clearly_faster(times[best], times[baseline]):
+            if not self._clearly_faster(times[best], times[baseline], gain):
                 best = baseline
         return TuneResult(best, tuple(timings), synthetic, time.perf_counter() - start)
 
-    def _clearly_faster(self, fast: list[float], base: list[float]) -> bool:
+    @staticmethod
+    def _clearly_faster(fast: list[float], base: list[float], gain: float) -> bool:
         ratios = [f / b for f, b in zip(fast, base) if b > 0]
         if not ratios:
             return False
         wins = sum(r < 1.0 for r in ratios)
-        return float(np.median(ratios)) < 1.0 - self.min_gain and wins >= 0.75 * len(ratios)
+        return float(np.median(ratios)) < 1.0 - gain and wins >= 0.75 * len(ratios)
 
-    def _compile_all(self, kernel, inv, candidates, arrays, start, bar) -> tuple[dict, dict]:
+    def _compile_all(self, build, candidates, arrays, start, bar) -> tuple[dict, dict]:
         """Compile each candidate and run it ``warmup`` times (at least once, which also checks
         that it runs); failures and candidates past the budget are returned with the reason."""
-        from ._call import CallSpec
-
         compiled: dict = {}
         failed: dict = {}
         for n, cfg in enumerate(candidates):
@@ -145,7 +264,7 @@ class Tuner:
                 failed[cfg] = f"not timed: tuning budget of {self.budget_s:g} s spent"
                 continue
             try:
-                fn = jax.jit(CallSpec(kernel, inv, cfg).plain).lower(*arrays).compile()
+                fn = jax.jit(build(cfg)).lower(*arrays).compile()
                 for _ in range(max(self.warmup, 1)):
                     jax.block_until_ready(fn(*arrays))
                 compiled[cfg] = fn
@@ -166,17 +285,67 @@ class Tuner:
         return times
 
     def time_once(self, compiled: Any, arrays: list, cfg: Any) -> float:
-        """Seconds of one synchronized run of ``compiled(*arrays)``. Tests override this to feed
-        deterministic times."""
+        """Seconds of one synchronized run of ``compiled(*arrays)`` (``cfg`` is None when called
+        from :meth:`measure`). Tests override this to feed deterministic times."""
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(*arrays))
         return time.perf_counter() - t0
 
 
+def check_min_gain(value: Any, where: str, allow_none: bool = True) -> float | None:
+    """``min_gain`` must be a number in [0, 1) (None: use the tuner's own where allowed)."""
+    if value is None and allow_none:
+        return None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not 0.0 <= float(value) < 1.0:
+        raise ValueError(
+            f"nablax.kernels.{where}: min_gain must be a number in [0, 1) (0.03 = a candidate "
+            f"must be 3 % faster than the heuristic's config to replace it; 0 = the fastest "
+            f"candidate wins), got {value!r}. Fix: e.g. min_gain=0.05 or min_gain=0"
+        )
+    return float(value)
+
+
+def concrete_call(inv: Invocation) -> tuple[tuple, dict, bool]:
+    """``inv``'s ``(args, kwargs)`` with concrete arrays (synthetic ones of the same shapes and
+    dtypes for tracers and ShapeDtypeStructs), and whether any is synthetic."""
+    arrays, rebuild, synthetic = _split_call(inv.args, inv.kwargs)
+    args, kwargs = rebuild(arrays)
+    return args, kwargs, synthetic
+
+
+def _calling(fn: Any, rebuild: Any) -> Any:
+    def core(*arrays: Any) -> Any:
+        a, k = rebuild(arrays)
+        return fn(*a, **k)
+
+    return core
+
+
+def _split_call(args: tuple, kwargs: dict) -> tuple[list, Any, bool]:
+    """The concrete array leaves of ``(args, kwargs)`` (synthetic ones for tracers and
+    ShapeDtypeStructs), a function rebuilding ``(args, kwargs)`` from arrays, and whether any
+    array is synthetic."""
+    leaves, treedef = jax.tree_util.tree_flatten((tuple(args), dict(kwargs)))
+    pos = [i for i, x in enumerate(leaves) if _is_array(x) and not isinstance(x, np.generic)]
+    arrays, synthetic = _concrete([leaves[i] for i in pos])
+
+    def rebuild(arrs: Sequence[Any]) -> tuple[tuple, dict]:
+        full = list(leaves)
+        for i, a in zip(pos, arrs):
+            full[i] = a
+        return jax.tree_util.tree_unflatten(treedef, full)
+
+    return arrays, rebuild, synthetic
+
+
 def _concrete_arrays(inv: Invocation) -> tuple[list, bool]:
     """The call's array leaves when they are concrete jax arrays, else synthetic ones."""
     leaves = jax.tree_util.tree_leaves((inv.args, inv.kwargs))
-    arrays = [x for x in leaves if _is_array(x) and not isinstance(x, np.generic)]
+    return _concrete([x for x in leaves if _is_array(x) and not isinstance(x, np.generic)])
+
+
+def _concrete(arrays: list) -> tuple[list, bool]:
     if all(isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer) for x in arrays):
         try:
             if all(x.is_fully_addressable for x in arrays):
@@ -196,13 +365,13 @@ def _synthetic(x: Any, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(0, 2, size=shape).astype(dtype)
 
 
-def _report_failures(kernel: Any, inv: Invocation, timings: list[CandidateTiming]) -> None:
+def _report_failures(name: str, timings: list[CandidateTiming]) -> None:
     failed = [t for t in timings if t.error is not None and not t.error.startswith("not timed")]
     if failed:
         lines = "; ".join(f"{t.cfg}: {t.error.splitlines()[0][:200]}" for t in failed)
         warnings.warn(
             f"nablax.kernels.Tuner: {len(failed)} of {len(timings)} candidate config(s) of "
-            f"{kernel.versioned_id} failed for ({inv.signature}) and scored inf: {lines}",
+            f"{name} failed and scored inf: {lines}",
             RuntimeWarning,
             stacklevel=4,
         )

@@ -62,9 +62,10 @@ def tune_calls(executor: Executor, calls: list, force: bool = False, out=None) -
         choice, result = chain.tune(inv, kernel)
         heur = kernel.heuristic_cfg(inv)
         by_cfg = {t.cfg: t.median_s for t in result.timings}
-        best = by_cfg[choice.cfg]
+        best = by_cfg.get(choice.cfg, math.nan)  # a tuner with ejKernel's protocol reports none
         h = by_cfg.get(heur, math.nan)
-        speed = f", {h / best:.2f}x vs heuristic {heur}" if math.isfinite(h) else ""
+        ok = math.isfinite(h) and math.isfinite(best)
+        speed = f", {h / best:.2f}x vs heuristic {heur}" if ok else ""
         print(
             f"{prefix}: {choice.cfg} {best * 1e3:.3f} ms ({len(result.timings)} candidates, "
             f"{time.perf_counter() - t0:.1f} s{speed})",
