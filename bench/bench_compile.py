@@ -13,6 +13,11 @@ Cases:
 - **MLP training step** (the model of ``bench_mlp.py``: 784-512-512-10, batch 128, softmax
   cross-entropy, SGD) as one ``nx.compile``-d function ``step(params, x, y) -> (params, loss)``
   against ``jax.jit`` of the same step, each reading its loss every step. Target: <= 1.1x.
+- **int step counter** (issue 17): a 100-step loop ``w = f(w, step)`` over a 4x4 tensor with the
+  step passed as a Python int (a decay computed from it). Both trace the int as a weakly typed
+  value, so each loop is one trace and 100 cache hits. Target: <= 1.5x ``jax.jit`` (the cache-hit
+  overhead). For scale, the same loop with the step marked static (one trace and one compilation
+  per value: what ``nx.compile`` did for every Python int before) is timed over a few steps.
 
 nablax and JAX take turns (blocks of calls per round), medians reported. The data-parallel MLP
 step on 8 virtual devices is in ``bench_shard.py`` (it needs XLA_FLAGS set before JAX starts).
@@ -102,6 +107,45 @@ def mlp_step(rounds: int) -> tuple[dict, float, object]:
     return out, rel, step.cache_info()
 
 
+def _decay_step(w, step):
+    return w * (0.99 ** (step / 10)) + step % 3
+
+
+def step_counter(rounds: int, steps: int = 100) -> tuple[dict, float, object, float]:
+    """Per-loop seconds of ``steps`` calls with an int step counter (nablax, jax.jit), the max
+    relative difference of the final values, the cache counters, and seconds per step when the
+    step is static (one compilation per value)."""
+    f, jf = nx.compile(_decay_step), jax.jit(_decay_step)
+    w0 = np.ones((4, 4), np.float32)
+    w, wj = nx.tensor(w0), jnp.asarray(w0)
+
+    def loop_nx():
+        x = w
+        for s in range(steps):
+            x = f(x, s)
+        return x.block_until_ready()
+
+    def loop_j():
+        x = wj
+        for s in range(steps):
+            x = jf(x, s)
+        return x.block_until_ready()
+
+    a, b = loop_nx().numpy(), np.asarray(loop_j())
+    rel = float(np.max(np.abs(a - b) / np.abs(b)))
+    out = _interleave({"nablax": loop_nx, "jax.jit": loop_j}, rounds, 3)
+    info = f.cache_info()
+    static = nx.compile(_decay_step, static_argnums=1)
+    n_static = 5
+    with nx.config.override(compile_retrace_warning=0):
+        t0 = time.perf_counter()
+        x = w
+        for s in range(n_static):
+            x = static(x, s)
+        x.block_until_ready()
+    return out, rel, info, (time.perf_counter() - t0) / n_static
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer rounds")
@@ -111,9 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     print(environment(None), flush=True)
     triv = trivial_call(rounds)
     mlp, rel, info = mlp_step(rounds)
+    counter, c_rel, c_info, static_s = step_counter(rounds)
     rows = [
         ("compiled x + 1 on 4x4, cache hit (µs/call)", triv, 1.5, 1e6),
         ("MLP training step, compiled (ms/step)", mlp, 1.1, 1e3),
+        ("100-step loop, Python int step counter (ms/loop)", counter, 1.5, 1e3),
     ]
     print()
     print("| case | " + " | ".join(COLUMNS) + " | ratio |")
@@ -126,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"- MLP losses, nablax vs jax.jit over 3 steps: max relative difference {rel:.1e}")
     print(f"- compiled MLP step: {info}")
+    print(
+        f"- int step counter: {c_info.traces} trace(s) for all loops ({c_info}); final values vs "
+        f"jax.jit: max relative difference {c_rel:.1e}; the step marked static instead (one "
+        f"trace and compilation per value): {static_s * 1e3:.1f} ms/step, "
+        f"{static_s * 100 / counter['nablax']:.0f}x the traced loop"
+    )
     print("- data-parallel MLP step on 8 virtual devices: see bench/bench_shard.py")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if load > (os.cpu_count() or 1):

@@ -7,6 +7,7 @@
 """
 
 from . import errors, tree
+from ._config import config
 from .core import realize as _realize_mod
 from .core.dtypes import (
     bfloat16,
@@ -149,9 +150,9 @@ from .core.ops.shape import (
     unbind,
     unsqueeze,
 )
-from .core.realize import CacheInfo, cache_info, realize
+from .core.realize import CacheInfo, cache_info
 from .core.sharding import DeviceMesh, DimSpec, ShardingSpec, devices
-from .core.tensor import Tensor
+from .core.tensor import Tensor, realize
 from .core.transforms.compile import compile  # noqa: A004 - the public name is nx.compile
 from .core.transforms.custom import custom_vjp
 from .core.transforms.jacobian import hessian, jacfwd, jacrev

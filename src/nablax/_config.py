@@ -1,56 +1,181 @@
-"""Every knob of nablax in one place.
+"""Every knob of nablax in one place (private: the public face is :data:`nablax.config`).
 
-Each option has a default, an environment variable (``NABLAX_<NAME>``) and a docstring. Values can be
-overridden for a block of code with :func:`override`, which is scoped by ``contextvars`` so threads and
-async tasks do not see each other's overrides. This is the only module that reads ``os.environ``.
+Each option has a default, an environment variable (``NABLAX_<NAME>``), the values it accepts and a
+docstring. The environment is read when nablax is imported and again by ``nx.config.reload()``;
+this is the only module that reads ``os.environ``. A value comes from, in order of precedence:
+
+1. ``nx.config.override(name=value)``: a scoped override for a block of code, held in a
+   ``contextvars`` variable so threads and async tasks do not see each other's overrides;
+2. ``nx.config.update(name, value)``: process-wide, seen by every thread;
+3. the environment variable, as read at import or by the last ``reload()``;
+4. the default.
+
+Inside nablax, hot paths call :func:`get` (one context-variable read and one or two dict lookups);
+values are validated when they are set, never when they are read.
+
+>>> import nablax as nx
+>>> with nx.config.override(max_graph_depth=5):
+...     nx.config.max_graph_depth
+5
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import difflib
+import operator
 import os
+import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import NablaxError
+
+
+class ConfigError(NablaxError, ValueError):
+    """An option was given a value it does not accept (wrong type, out of range, or an
+    unparsable ``NABLAX_*`` environment variable). The message names the option, its variable and
+    the accepted values."""
+
+
+class UnknownOptionError(NablaxError, KeyError, AttributeError):
+    """No option has this name. The message lists close matches and every option."""
+
+    def __str__(self) -> str:  # KeyError's str() would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
 
 @dataclass(frozen=True)
 class Option:
+    """One option: ``check`` turns a Python value into the stored value and ``parse`` the text of
+    its environment variable; both raise ``ValueError``/``TypeError`` with a short reason."""
+
     name: str
     default: Any
+    accepts: str  # as a Python value
+    env_accepts: str  # as the text of the environment variable
+    check: Callable[[Any], Any]
     parse: Callable[[str], Any]
     doc: str
 
+    @property
+    def env(self) -> str:
+        """The environment variable, ``NABLAX_<NAME>``."""
+        return "NABLAX_" + self.name.upper()
 
-def _parse_bool(s: str) -> bool:
-    return s.strip().lower() in ("1", "true", "yes", "on")
 
+# --- kinds of values ---------------------------------------------------------------------------
+
+
+_Kind = tuple[str, str, Callable[[Any], Any], Callable[[str], Any]]
+
+
+def _int_kind(minimum: int) -> _Kind:
+    accepts = f"an integer >= {minimum}"
+
+    def check(v: Any) -> int:
+        if isinstance(v, bool):
+            raise TypeError("a bool is not an integer here")
+        try:
+            i = operator.index(v)
+        except TypeError:
+            raise TypeError(f"got {type(v).__name__} {v!r:.60}") from None
+        if i < minimum:
+            raise ValueError(f"got {i}")
+        return i
+
+    def parse(s: str) -> int:
+        try:
+            i = int(s.strip())
+        except ValueError:
+            raise ValueError(f"{s!r:.60} is not an integer") from None
+        return check(i)
+
+    return accepts, accepts, check, parse
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _bool_kind() -> _Kind:
+    env_accepts = ", ".join(f"{t}/{f}" for t, f in zip(_TRUE, _FALSE))
+
+    def check(v: Any) -> bool:
+        if not isinstance(v, bool):
+            raise TypeError(f"got {type(v).__name__} {v!r:.60}")
+        return v
+
+    def parse(s: str) -> bool:
+        t = s.strip().lower()
+        if t in _TRUE or t in _FALSE:
+            return t in _TRUE
+        raise ValueError(f"{s!r:.60} is not a boolean")
+
+    return "True or False", env_accepts, check, parse
+
+
+def _choice_kind(*choices: str) -> _Kind:
+    accepts = "one of " + ", ".join(repr(c) for c in choices)
+
+    def check(v: Any) -> str:
+        if not isinstance(v, str):
+            raise TypeError(f"got {type(v).__name__} {v!r:.60}")
+        if v.strip().lower() not in choices:
+            raise ValueError(f"got {v!r:.60}")
+        return v.strip().lower()
+
+    return accepts, accepts, check, check
+
+
+def _folder_kind() -> _Kind:
+    accepts = "a folder path (str or os.PathLike), or None for the default"
+
+    def check(v: Any) -> str | None:
+        if v is None:
+            return None
+        if not isinstance(v, (str, os.PathLike)) or not isinstance(os.fspath(v), str):
+            raise TypeError(f"got {type(v).__name__} {v!r:.60}")
+        if not os.fspath(v):
+            raise ValueError("got an empty path")
+        return os.fspath(v)
+
+    return accepts, "a folder path", check, check
+
+
+# --- the options -------------------------------------------------------------------------------
 
 _OPTIONS: dict[str, Option] = {}
 
 
-def _register(name: str, default: Any, parse: Callable[[str], Any], doc: str) -> None:
-    _OPTIONS[name] = Option(name, default, parse, doc)
+def _register(name: str, default: Any, kind: _Kind, doc: str) -> None:
+    accepts, env_accepts, check, parse = kind
+    _OPTIONS[name] = Option(
+        name, default, accepts, env_accepts, check, parse, " ".join(doc.split())
+    )
 
 
 _register(
     "max_graph_depth",
     4096,
-    int,
+    _int_kind(1),
     "Depth of a pending (unrealized) graph past which nablax realizes it automatically, so that "
     "loops that never read a value keep bounded memory and never hit recursion limits.",
 )
 _register(
     "executable_cache_size",
     4096,
-    int,
-    "Maximum number of compiled graph structures kept in the realization cache (LRU).",
+    _int_kind(0),
+    "Maximum number of compiled graph structures kept in the realization cache (LRU); "
+    "0 keeps none.",
 )
 _register(
     "async_rest_min_nodes",
     16,
-    int,
+    _int_kind(0),
     "When a value is read and other live pending work is connected to it (e.g. a training step's "
     "backward pass and parameter update, when only the loss is read), nablax runs what the value "
     "needs as one program and, if the rest has at least this many nodes, the rest as a second "
@@ -60,87 +185,324 @@ _register(
 _register(
     "backward_plans",
     True,
-    _parse_bool,
+    _bool_kind(),
     "Record the backward pass of each forward-graph structure once and replay it on later calls "
     "(see nablax/core/transforms/plan.py); turn off to run every vjp rule on every call.",
 )
-
-
-def _parse_stamp(s: str) -> str:
-    v = s.strip().lower()
-    if v not in ("hash", "json", "none"):
-        raise ValueError(f"NABLAX_OPS_STAMP must be hash, json or none, got {s!r}")
-    return v
-
-
 _register(
     "cache_dir",
     None,
-    str,
-    "Folder of nablax's persistent kernel database (kernels.sqlite). Default: the user cache dir "
-    "from platformdirs (e.g. ~/.cache/nablax on Linux).",
+    _folder_kind(),
+    "Folder of nablax's persistent kernel database (kernels.sqlite). Default (None): the user "
+    "cache dir from platformdirs (e.g. ~/.cache/nablax on Linux).",
 )
 _register(
     "ops_stamp",
     "hash",
-    _parse_stamp,
+    _choice_kind("hash", "json", "none"),
     "How kernel calls are named in lowered HLO and profiles: 'hash' (op, version and a short hash "
     "of call key and config), 'json' (also the config as JSON in the op metadata) or 'none'.",
 )
 _register(
     "ops_record",
     False,
-    _parse_bool,
+    _bool_kind(),
     "Record every kernel invocation (op id, call key, abstract shapes and dtypes only) in the "
     "persistent database, for offline tuning with `nablax tune --recorded`.",
 )
 _register(
     "autotune",
     True,
-    _parse_bool,
+    _bool_kind(),
     "Default of AutotunePolicy.allow_autotune for the default kernel executor: whether a cache "
     "miss may time the candidate configs (else the heuristic config is used).",
 )
+_register(
+    "compile_retrace_warning",
+    8,
+    _int_kind(0),
+    "nx.compile warns once (RuntimeWarning) when a compiled function has traced again more than "
+    "this many times for the same argument shapes because values in its cache key changed "
+    "(static_argnums/static_argnames, non-numeric leaves such as strings); 0 turns it off.",
+)
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def _unknown(where: str, name: Any) -> UnknownOptionError:
+    known = sorted(_OPTIONS)
+    close = difflib.get_close_matches(str(name), known, n=3) if isinstance(name, str) else []
+    hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+    return UnknownOptionError(
+        f"{where}: unknown option {name!r}{hint}. Known options: {', '.join(known)}. "
+        f"Fix: use one of those names; print(nx.config) lists them with their values."
+    )
+
+
+def _option(where: str, name: Any) -> Option:
+    opt = _OPTIONS.get(name) if isinstance(name, str) else None
+    if opt is None:
+        raise _unknown(where, name)
+    return opt
+
+
+def _checked(where: str, opt: Option, value: Any) -> Any:
+    try:
+        return opt.check(value)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(
+            f"{where}: option {opt.name!r} (variable {opt.env}) must be {opt.accepts}; {e}. "
+            f"Fix: pass {opt.accepts}, e.g. the default {opt.default!r}."
+        ) from None
+
+
+def _read_env(where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Values and sources of every option from the environment; every bad variable is named."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    bad = []
+    for name, opt in _OPTIONS.items():
+        raw = os.environ.get(opt.env)
+        if raw is None or not raw.strip():  # an empty variable counts as unset
+            values[name], sources[name] = opt.default, "default"
+            continue
+        try:
+            values[name], sources[name] = opt.parse(raw), "env"
+        except (TypeError, ValueError) as e:
+            bad.append(f"{opt.env}={raw!r:.60} (option {name!r}) must be {opt.env_accepts}: {e}")
+    if bad:
+        raise ConfigError(
+            f"{where}: bad environment variable{'s' * (len(bad) > 1)}: " + "; ".join(bad) + ". "
+            f"Fix: set {'them' if len(bad) > 1 else 'it'} to an accepted value, or unset "
+            f"{'them' if len(bad) > 1 else 'it'} for the default."
+        )
+    return values, sources
+
+
+# --- state and the fast read -------------------------------------------------------------------
 
 _overrides: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "nablax_config_overrides", default=None
 )
-_env_cache: dict[str, Any] = {}
+_ov_get = _overrides.get
+_lock = threading.Lock()  # update/reload keep _values and _sources consistent
+_values, _sources = _read_env("import nablax")
 
 
 def get(name: str) -> Any:
-    """Current value of option ``name``: scoped override, then environment, then default."""
-    ov = _overrides.get()
+    """Current value of option ``name``: scoped override, then update/environment/default.
+
+    >>> from nablax import _config
+    >>> _config.get("ops_stamp") in ("hash", "json", "none")
+    True
+    """
+    ov = _ov_get()
     if ov is not None and name in ov:
         return ov[name]
-    if name in _env_cache:
-        return _env_cache[name]
-    opt = _OPTIONS[name]
-    raw = os.environ.get("NABLAX_" + name.upper())
-    value = opt.default if raw is None else opt.parse(raw)
-    _env_cache[name] = value
-    return value
+    try:
+        return _values[name]
+    except (KeyError, TypeError):
+        raise _unknown("nx.config.get", name) from None
 
 
-@contextlib.contextmanager
-def override(**values: Any) -> Iterator[None]:
-    """Temporarily set options for the current context (thread / task).
+def source(name: str) -> str:
+    """Where the current value of ``name`` comes from: 'override', 'update', 'env' or 'default'."""
+    opt = _option("nx.config.describe", name)
+    ov = _ov_get()
+    return "override" if ov is not None and opt.name in ov else _sources[opt.name]
+
+
+def override(**values: Any) -> contextlib.AbstractContextManager[None]:
+    """Set options for a block of code in the current context (thread / task). The values are
+    checked by this call, before the block is entered.
 
     >>> from nablax import _config
     >>> with _config.override(max_graph_depth=5):
     ...     _config.get("max_graph_depth")
     5
     """
-    for k in values:
-        if k not in _OPTIONS:
-            raise KeyError(f"nablax config: unknown option {k!r}; known: {sorted(_OPTIONS)}")
-    token = _overrides.set({**(_overrides.get() or {}), **values})
+    where = "nx.config.override"
+    return _scoped({k: _checked(where, _option(where, k), v) for k, v in values.items()})
+
+
+@contextlib.contextmanager
+def _scoped(checked: dict[str, Any]) -> Iterator[None]:
+    token = _overrides.set({**(_ov_get() or {}), **checked})
     try:
         yield
     finally:
         _overrides.reset(token)
 
 
+def update(name: str, value: Any) -> None:
+    """Set option ``name`` for the whole process (every thread), after checking ``value``."""
+    opt = _option("nx.config.update", name)
+    v = _checked("nx.config.update", opt, value)
+    with _lock:
+        _values[name] = v
+        _sources[name] = "update"
+
+
+def reload() -> None:
+    """Re-read every ``NABLAX_*`` variable; values set by :func:`update` are dropped. Nothing
+    changes if a variable is bad (the error names each one)."""
+    values, sources = _read_env("nx.config.reload")
+    with _lock:
+        _values.update(values)
+        _sources.update(sources)
+
+
 def options() -> dict[str, Option]:
     """All registered options (for documentation and the CLI)."""
     return dict(_OPTIONS)
+
+
+def describe(*names: str) -> str:
+    """Text listing each option (all by default): name, value, source, variable, accepted values
+    and docstring."""
+    opts = [_option("nx.config.describe", n) for n in names] if names else list(_OPTIONS.values())
+    lines = []
+    for opt in opts:
+        lines.append(f"{opt.name} = {get(opt.name)!r}  [{source(opt.name)}]")
+        lines.append(f"    accepts {opt.accepts}; default {opt.default!r}")
+        lines.append(f"    variable {opt.env}: {opt.env_accepts}")
+        lines.extend(textwrap.wrap(opt.doc, 96, initial_indent="    ", subsequent_indent="    "))
+    return "\n".join(lines)
+
+
+# --- the public object -------------------------------------------------------------------------
+
+
+class Config:
+    """nablax's options, as ``nx.config`` (also ``from nablax import config``).
+
+    Read an option as an attribute (``nx.config.max_graph_depth``) or with :meth:`get`; set it
+    for the whole process with :meth:`update` or for a block of code with :meth:`override`;
+    re-read the ``NABLAX_*`` environment variables with :meth:`reload`; ``print(nx.config)``
+    (:meth:`describe`) lists every option with its value, where the value came from (default,
+    env, update or override), its variable, the accepted values and what it does.
+
+    >>> import nablax as nx
+    >>> nx.config.async_rest_min_nodes
+    16
+    >>> print(nx.config.describe("ops_stamp"))  # doctest: +ELLIPSIS
+    ops_stamp = 'hash'  [default]
+        accepts one of 'hash', 'json', 'none'; default 'hash'
+        variable NABLAX_OPS_STAMP: one of 'hash', 'json', 'none'
+        How kernel calls are named in lowered HLO and profiles: ...
+    >>> nx.config.max_graph_dept
+    Traceback (most recent call last):
+    ...
+    nablax._config.UnknownOptionError: nx.config: unknown option 'max_graph_dept' (did you mean 'max_graph_depth'?). ...
+    """
+
+    __slots__ = ()
+
+    def get(self, name: str) -> Any:
+        """The current value of option ``name`` in this context (same as ``nx.config.<name>``).
+
+        >>> import nablax as nx
+        >>> nx.config.get("backward_plans")
+        True
+        """
+        return get(name)
+
+    def update(self, name: str, value: Any) -> None:
+        """Set option ``name`` to ``value`` for the whole process (every thread and task), until
+        the next ``update`` or :meth:`reload`. A scoped :meth:`override` still wins inside its
+        block. The value is checked now: a wrong type or range raises ``ConfigError`` naming the
+        option, its variable and the accepted values.
+
+        >>> import nablax as nx
+        >>> nx.config.update("executable_cache_size", 512)
+        >>> nx.config.executable_cache_size
+        512
+        >>> nx.config.update("executable_cache_size", "big")
+        Traceback (most recent call last):
+        ...
+        nablax._config.ConfigError: nx.config.update: option 'executable_cache_size' (variable NABLAX_EXECUTABLE_CACHE_SIZE) must be an integer >= 0; got str 'big'. ...
+        >>> nx.config.reload()  # back to the NABLAX_* variables and defaults
+        >>> nx.config.executable_cache_size
+        4096
+        """
+        update(name, value)
+
+    def override(self, **values: Any) -> contextlib.AbstractContextManager[None]:
+        """Set options for a block of code, in this thread or async task only: the values live
+        in a ``contextvars`` variable, so other threads keep theirs, and a task started inside
+        the block keeps them. Overrides nest; leaving the block restores the previous values.
+        Names and values are checked by this call (``UnknownOptionError``, ``ConfigError``).
+
+        >>> import nablax as nx
+        >>> with nx.config.override(max_graph_depth=100, backward_plans=False):
+        ...     nx.config.max_graph_depth, nx.config.backward_plans
+        (100, False)
+        >>> nx.config.max_graph_depth
+        4096
+        """
+        return override(**values)
+
+    def reload(self) -> None:
+        """Re-read the ``NABLAX_*`` environment variables (as at import): every option gets its
+        variable's value, or its default when the variable is unset or empty, and values set by
+        :meth:`update` are dropped. Scoped overrides stay in force in their blocks. If a
+        variable cannot be parsed, ``ConfigError`` names it with the accepted values and nothing
+        changes.
+
+        >>> import os, nablax as nx
+        >>> os.environ["NABLAX_ASYNC_REST_MIN_NODES"] = "64"
+        >>> nx.config.reload()
+        >>> nx.config.async_rest_min_nodes
+        64
+        >>> del os.environ["NABLAX_ASYNC_REST_MIN_NODES"]
+        >>> nx.config.reload()
+        >>> nx.config.async_rest_min_nodes
+        16
+        """
+        reload()
+
+    def describe(self, *names: str) -> str:
+        """Text listing the options ``names`` (all by default): for each, ``name = value
+        [source]`` with source one of default / env / update / override, then its environment
+        variable, accepted values, default and docstring. ``str(nx.config)`` is ``describe()``.
+
+        >>> import nablax as nx
+        >>> with nx.config.override(autotune=False):
+        ...     print(nx.config.describe("autotune"))  # doctest: +ELLIPSIS
+        autotune = False  [override]
+            accepts True or False; default True
+            variable NABLAX_AUTOTUNE: 1/0, true/false, yes/no, on/off
+            Default of AutotunePolicy.allow_autotune ...
+        """
+        return describe(*names)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # protocols (copy, pickle, ...) probe dunders
+            raise AttributeError(name)
+        opt = _OPTIONS.get(name)
+        if opt is None:
+            raise _unknown("nx.config", name)
+        return get(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(
+            f"nx.config.{name} = ... does not set options. Fix: nx.config.update({name!r}, "
+            f"{value!r:.40}) for the whole process, or `with nx.config.override({name}=...):` "
+            f"for a block of code."
+        )
+
+    def __dir__(self) -> list[str]:
+        return sorted({*object.__dir__(self), *_OPTIONS})
+
+    def __str__(self) -> str:
+        return describe()
+
+    def __repr__(self) -> str:
+        return "nx.config(" + ", ".join(f"{n}={get(n)!r}" for n in _OPTIONS) + ")"
+
+
+for _name in _OPTIONS:  # an option named like a method would be unreachable as an attribute
+    assert not hasattr(Config, _name), _name
+
+config = Config()

@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from .. import _config
+from ..errors import ConcretizationError
 from .context import CTX, reset_prune_threshold
 from .graph import (
     SCALAR_TYPES,
@@ -39,7 +40,6 @@ from .graph import (
     gc_paused,
     src_node,
 )
-from .tensor import Tensor
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def realize_impls(impls) -> None:
     if not roots:
         return
     with gc_paused(), _S.lock:  # see graph.gc_paused
-        _realize(roots, impls)
+        _realize(roots)
 
 
 class _Entry:
@@ -126,7 +126,7 @@ class _Entry:
         self.param_fn = None
 
 
-def _realize(roots, requested) -> None:
+def _realize(roots) -> None:
     seen = _collect(roots, {})
     if CTX.tracing_depth and _tracing_check is not None:
         _tracing_check(seen)
@@ -451,37 +451,12 @@ def _store(out_impls, results) -> None:
                 node.trace.kept.append(weakref.ref(node))
 
 
-def realize(*tensors) -> None:
-    """Compute all pending work behind ``tensors`` as one program (pytrees of tensors allowed).
-
-    >>> import nablax as nx
-    >>> a = nx.ones(3) * 2
-    >>> b = a + 1
-    >>> nx.realize(a, b)
-    >>> a.is_realized and b.is_realized
-    True
-    """
-    if len(tensors) == 1 and type(tensors[0]) is Tensor:  # the common nx.realize(x)
-        impl = tensors[0]._impl
-        if impl.value is None:
-            realize_impls([impl])
-        return
-    impls = []
-    for t in jax.tree_util.tree_leaves(tensors):  # a Tensor is a leaf (not a pytree node)
-        if isinstance(t, Tensor) and t._impl.value is None:
-            impls.append(t._impl)
-    if impls:
-        realize_impls(impls)
-
-
-_tracing_check = None  # set by transforms/compile.py: raises on a placeholder in a program
+_tracing_check = None  # set by transforms/staging.py: raises on a placeholder in a program
 
 
 def tracing_guard(what: str) -> None:
     """Raise if ``what`` is used while a whole-graph trace (``nx.compile``) is being recorded."""
     if CTX.tracing_depth:
-        from ..errors import ConcretizationError
-
         raise ConcretizationError(
             f"{what} cannot be used inside nx.compile: the compiled program would replay the "
             f"same numbers on every call. Fix: pass an explicit key argument "

@@ -51,10 +51,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from . import tensor as _tensor
 from .graph import Node, split_ref, src_node, toposort
 from .ops import _rules
+from .ops._shard import fit
 from .primitive import primitive
 from .tensor import Tensor, bind, impl_from_array
+from .transforms.trace import input_aval, node_avals
 
 
 def devices() -> list:
@@ -279,9 +282,6 @@ def propagate(order, out_refs, mesh: DeviceMesh, given: dict | None = None) -> l
     nodes ``order`` (topologically sorted) with every primitive's sharding rule. ``given`` fixes
     the layouts of some nodes' first output (placeholders); realized arrays the nodes read
     contribute their ``NamedSharding`` over ``mesh``; everything else starts replicated."""
-    from .ops._shard import fit
-    from .transforms.trace import input_aval, node_avals
-
     sizes = dict(zip(mesh.axis_names, mesh.shape))
     given = given or {}
     lay: dict = {(n, 0): layout for n, layout in given.items()}
@@ -362,3 +362,6 @@ def sharding_of(impl) -> ShardingSpec | None:
     ref = (impl.src, 0) if type(impl.src) is Node else impl.src
     (layout,) = propagate(order, [ref], mesh)
     return ShardingSpec.from_layout(mesh, layout)
+
+
+_tensor._sharding_of = sharding_of

@@ -10,7 +10,10 @@ A ``TensorImpl`` is in one of two states:
 axes being the batch axes of the enclosing vmaps, outermost first (see core/transforms/vmap.py). ``Tensor`` is a thin facade over an impl, so that
 ``x[i] = v`` can rebind ``x`` to a new impl while tensors computed from ``x`` earlier keep the old one.
 
-This module also holds the node-building helpers every op uses (:func:`bind`, :func:`to_impl`).
+This module also holds the node-building helpers every op uses (:func:`bind`, :func:`to_impl`) and
+``nx.realize``. It imports only the layers below it (graph, context, realize.py); what the layers
+above provide comes back through the ``Tensor`` methods they install (``astype``, ...) and the
+``_sharding_of`` hook core/sharding.py sets (see tests/test_import_graph.py).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _config
-from ..errors import op_error
+from ..errors import ConcretizationError, op_error
 from . import dtypes
 from .context import note_pending
 from .graph import Const, Node, deeper, src_node
+from .primitive import Primitive
+from .realize import realize_impls
 
 _wref = weakref.ref
 
@@ -95,8 +100,6 @@ def make_outputs(
     for wr in node.outs:
         note_pending(wr)
     if not depth & 63 and depth > _config.get("max_graph_depth"):  # checked every 64 levels
-        from .realize import realize_impls
-
         realize_impls(impls)
     return impls
 
@@ -154,11 +157,6 @@ def batch_info(op: str, inputs) -> tuple:
     return tuple(bds), tuple(out)
 
 
-def bind1(prim, inputs, params: tuple = ()) -> Tensor:
-    """:func:`bind` for single-output primitives, wrapped in a ``Tensor``."""
-    return Tensor._wrap(bind(prim, inputs, params)[0])
-
-
 _PY_SCALAR_TYPES = (bool, int, float, complex)
 _ACCEPTED = (
     "pass Python numbers (bool, int, float, complex), nested lists/tuples of them, NumPy arrays "
@@ -195,8 +193,6 @@ def to_impl(x: Any, dtype=None, op: str = "tensor") -> TensorImpl:
         except (OverflowError, ValueError, TypeError) as e:  # e.g. an int too large for int32
             raise _inexact(type(e), op, repr(x), dt, str(e)) from None
     if jax.export.is_symbolic_dim(x):  # a symbolic size (nx.compile with dynamic_dims)
-        from .transforms.staging import dimension_value
-
         return dimension_value(x, dtype)
     a = _host_array(x, None if dtype is None else dtypes.canonicalize(dtype), op)
     # ``a`` is ours alone: large ones are 64-byte aligned, and the CPU client adopts them as is
@@ -207,9 +203,34 @@ def to_impl(x: Any, dtype=None, op: str = "tensor") -> TensorImpl:
 def _cast(impl: TensorImpl, dtype) -> TensorImpl:
     if dtype is None or impl.dtype == dtypes.canonicalize(dtype):
         return impl
-    from .ops.elementwise import astype
+    return Tensor._wrap(impl).astype(dtype)._impl  # the method core/ops/elementwise.py installs
 
-    return astype(Tensor._wrap(impl), dtype)._impl
+
+def _dimension_lower(params):
+    return jnp.asarray(params[0], dtype=params[1])
+
+
+# A symbolic size used as a value (``x.sum() / x.shape[0]`` with ``dynamic_dims``): lowered with
+# JAX's shape polymorphism. It exists only inside ``nx.compile`` traces (core/transforms/staging.py).
+dimension_p = Primitive(
+    "dimension_value",
+    lambda params: (((), params[1]),),
+    _dimension_lower,
+    differentiable=False,
+    doc="The value of a symbolic dimension size (nx.compile dynamic_dims).",
+)
+dimension_p.jvp = lambda params, tangents, primals, outs: [None]
+dimension_p.vjp = lambda params, cts, primals, outs: []
+dimension_p.shard = lambda params, lays, ins, outs: ((),)
+
+
+def dimension_value(d, dtype=None) -> TensorImpl:
+    """A 0-d tensor holding the symbolic size ``d`` (int32 unless ``dtype`` says otherwise)."""
+    dt = dtypes.canonicalize(dtype) if dtype is not None else np.dtype(np.int32)
+    node = Node(dimension_p, (d, dt), (), 1, None)
+    impl = TensorImpl(node, None, (), dt)
+    node.outs = (_wref(impl),)
+    return impl
 
 
 def _not_numeric(x: Any, op: str, detail: str = "") -> TypeError:
@@ -365,8 +386,6 @@ def _private_copy(a: np.ndarray, target: np.dtype) -> np.ndarray:
 
 
 def _batched_read(t, what: str):
-    from ..errors import ConcretizationError
-
     raise ConcretizationError(
         f"nx.vmap: cannot {what} a tensor inside a vmapped function: it has a different value "
         f"for each example (per-example shape {t.shape}, batch {t._impl.batch_shape}). Fix: use "
@@ -426,9 +445,7 @@ class Tensor:
         """The ``ShardingSpec`` of this tensor, or ``None`` (see core/sharding.py)."""
         s = self._impl.sharding
         if s is None:  # computed only when read: nothing extra on the op-building path
-            from .sharding import sharding_of
-
-            return sharding_of(self._impl)
+            return _sharding_of(self._impl)
         return s
 
     @property
@@ -441,8 +458,6 @@ class Tensor:
         if impl.batch_shape:
             _batched_read(self, "read the value of")
         if impl.value is None:
-            from .realize import realize_impls
-
             realize_impls([impl])
         return impl.value
 
@@ -541,3 +556,35 @@ class Tensor:
 
     def __reduce__(self):
         return (Tensor, (self.numpy(),))
+
+
+def _no_sharding_rules(impl):
+    raise AssertionError("nablax: core/sharding.py was not imported")  # nablax/__init__ imports it
+
+
+# ``Tensor.sharding`` of a tensor without an explicit spec: layouts propagated through the ops'
+# sharding rules. core/sharding.py, a layer above this module, sets it when it is imported.
+_sharding_of = _no_sharding_rules
+
+
+def realize(*tensors) -> None:
+    """Compute all pending work behind ``tensors`` as one program (pytrees of tensors allowed).
+
+    >>> import nablax as nx
+    >>> a = nx.ones(3) * 2
+    >>> b = a + 1
+    >>> nx.realize(a, b)
+    >>> a.is_realized and b.is_realized
+    True
+    """
+    if len(tensors) == 1 and type(tensors[0]) is Tensor:  # the common nx.realize(x)
+        impl = tensors[0]._impl
+        if impl.value is None:
+            realize_impls([impl])
+        return
+    impls = []
+    for t in jax.tree_util.tree_leaves(tensors):  # a Tensor is a leaf (not a pytree node)
+        if isinstance(t, Tensor) and t._impl.value is None:
+            impls.append(t._impl)
+    if impls:
+        realize_impls(impls)

@@ -23,6 +23,7 @@ import platformdirs
 
 from .. import _config
 from . import _dbfile
+from ._configs import _package_version, _type_name
 
 try:  # POSIX only; elsewhere salvage is guarded within the process only
     import fcntl
@@ -90,8 +91,6 @@ def not_ours_message(path: Path, detail: str) -> str:
 
 
 def newer_message(path: Path, schema: int) -> str:
-    from .cache import _package_version
-
     return (
         f"{_API}: {path} was written by a newer nablax (schema {schema}; this nablax "
         f"{_package_version()} writes schema {_dbfile.SCHEMA_VERSION}). This nablax never "
@@ -320,8 +319,6 @@ def seed_arguments(
 
 
 def dump_with(dumper: Any, cfg: Any, api: str) -> str:
-    from .cache import _type_name
-
     try:
         value = dumper(cfg)
         return json.dumps(

@@ -30,8 +30,7 @@ from typing import Any
 
 from ..errors import NablaxError
 from . import _dbfile, _dbmisc
-from ._dbfile import NewerSchema, NotOurs
-from .cache import (
+from ._configs import (
     _ABANDONED,
     _LIVE_CACHES,
     CacheEntry,
@@ -42,6 +41,7 @@ from .cache import (
     _package_version,
     cfg_from_json,
 )
+from ._dbfile import NewerSchema, NotOurs
 
 _MAX_ATTEMPTS = 60  # retries of a locked/busy statement on top of SQLite's own busy timeout
 _UNUSABLE = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)

@@ -199,10 +199,6 @@ def overlay_lookup(key: tuple[str, str, str]) -> Any:
     return None
 
 
-def overlays_active() -> bool:
-    return bool(_overlays.get())
-
-
 class ConfigSelectorChain:
     """Chooses configs (see the module docstring).
 

@@ -401,8 +401,3 @@ class _Progress:
     def close(self) -> None:
         if self.shown and self.tty:
             print(file=sys.stderr)
-
-
-def describe_arrays(inv: Invocation) -> str:
-    leaves = jax.tree_util.tree_leaves((inv.args, inv.kwargs))
-    return ", ".join(array_desc(x) for x in leaves if _is_array(x))

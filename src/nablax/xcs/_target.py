@@ -1,11 +1,11 @@
-"""Classify every function and class of a file or module, and print the result as a table.
+"""The functions and classes of a file or module, and the table ``nablax classify PATH_OR_MODULE``
+prints (``xcs.classify_target`` in analysis.py classifies each of them).
 
-Used by ``nablax classify PATH_OR_MODULE``. Importing the target runs its top-level code (as any
-import does); nothing else of it is executed.
+Importing the target runs its top-level code (as any import does); nothing else of it is executed.
 
->>> rows = dict(classify_target("nablax.xcs.markers"))
->>> rows["marker_of"].kind
-'pure'
+>>> names = dict(definitions("nablax.xcs.markers"))
+>>> names["marker_of"].__name__
+'marker_of'
 """
 
 from __future__ import annotations
@@ -28,23 +28,10 @@ if TYPE_CHECKING:
 _loaded: dict[str, tuple[float, types.ModuleType]] = {}
 
 
-def classify_target(
-    path_or_module: str | os.PathLike | types.ModuleType,
-) -> list[tuple[str, Classification]]:
-    """``(name, Classification)`` for each function, class and method defined in a ``.py`` file
-    or an importable module, in source order (methods as ``Class.method``).
-
-    >>> rows = classify_target("json")
-    >>> dict(rows)["dumps"].kind
-    'pure'
-    """
-    from .analysis import classify
-
-    module = _load(path_or_module)
-    rows = []
-    for name, obj in _definitions(module):
-        rows.append((name, classify(obj)))
-    return rows
+def definitions(path_or_module: str | os.PathLike | types.ModuleType) -> list[tuple[str, Any]]:
+    """``(name, object)`` for each function, class and method defined in a ``.py`` file or an
+    importable module, in source order (methods as ``Class.method``)."""
+    return _definitions(_load(path_or_module))
 
 
 def format_table(rows: list[tuple[str, Classification]]) -> str:

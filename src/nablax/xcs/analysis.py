@@ -62,7 +62,7 @@ from typing import Any
 
 from . import _effects, _objects, _resolve, _rules, _source
 from ._resolve import MISSING, Analysis, Context, Evidence, FunctionAnalyzer, Unbound
-from ._target import classify_target, format_table
+from ._target import definitions, format_table
 from .markers import EPOCH, effects_of, marker_of
 
 __all__ = [
@@ -184,6 +184,20 @@ def analyze_operations(func: Any) -> OperationSummary:
     if entry is not None and entry.valid(func):
         return entry.summary
     return _classify_slow(func, key)[1]
+
+
+def classify_target(path_or_module: Any) -> list[tuple[str, Classification]]:
+    """``(name, Classification)`` for each function, class and method defined in a ``.py`` file
+    or an importable module, in source order (methods as ``Class.method``); ``nablax classify``
+    prints them with :func:`format_table`.
+
+    >>> rows = classify_target("json")
+    >>> dict(rows)["dumps"].kind
+    'pure'
+    >>> dict(classify_target("nablax.xcs.markers"))["marker_of"].kind
+    'pure'
+    """
+    return [(name, classify(obj)) for name, obj in definitions(path_or_module)]
 
 
 def clear_cache() -> None:

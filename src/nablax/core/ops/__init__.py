@@ -1,15 +1,23 @@
-"""Op families, one file each. Importing this package registers every primitive and method."""
+"""Op families, one file each. Importing this package registers every primitive and method.
+
+The ``*_rules`` modules hold the derivative, batching and sharding rules of the elementwise, shape
+and index primitives (written with ops of every family, so they sit above all of them): importing
+them here installs the rules before any op can be used.
+"""
 
 from ..transforms import jvp as _jvp  # noqa: F401  (registers Tensor.backward & co)
 from ..transforms import vjp as _vjp  # noqa: F401
 from . import (  # noqa: F401
     creation,
     elementwise,
+    elementwise_rules,
     index,
+    index_rules,
     kernel_call,  # the graph node of nablax.kernels calls on Tensors
     linalg,
     nn,
     random,
     reduce,
     shape,
+    shape_rules,
 )

@@ -23,6 +23,8 @@ import jax
 
 from ..primitive import Primitive
 from ..tensor import Tensor, TensorImpl, bind, to_impl
+from ._batch import vmap_rule
+from ._shard import replicated
 
 
 def is_float_tensor(x) -> bool:
@@ -189,11 +191,7 @@ def derive_from_jax(prim: Primitive) -> Primitive:
     prim.vjp = vjp
     prim.jvp = jvp
     if prim.batch is None:  # derived primitives (vjp[...], jvp[...]) batch through jax.vmap
-        from ._batch import vmap_rule
-
         prim.batch = vmap_rule(prim)
     if prim.shard is None:
-        from ._shard import replicated
-
         prim.shard = replicated
     return prim

@@ -109,8 +109,6 @@ def as_dim(d):
     kept as they are."""
     if type(d) is int:
         return d
-    from jax.export import is_symbolic_dim
-
     return d if is_symbolic_dim(d) else int(d)
 
 

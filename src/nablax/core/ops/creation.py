@@ -7,7 +7,6 @@ instead of materializing them.
 
 from __future__ import annotations
 
-import math
 import operator
 
 import jax
@@ -19,8 +18,12 @@ from .. import dtypes
 from ..graph import Const
 from ..primitive import primitive
 from ..tensor import Tensor, bind, exact_scalar, impl_from_array, to_impl
+from . import _shard
+from ._batch import vmap_rule
+from ._rules import nondifferentiable
 from ._util import norm_shape
-from .shape import broadcast_in_dim_p
+from .elementwise import astype
+from .shape import _broadcast_to, broadcast_in_dim_p
 
 _SCALARS = (bool, int, float, complex)
 
@@ -49,8 +52,6 @@ def tensor(data, dtype=None) -> Tensor:
     OverflowError: nx.tensor: value 1099511627776 cannot be converted to int32 exactly ...
     """
     if isinstance(data, Tensor):
-        from .elementwise import astype
-
         # a new tensor object: ``t[i] = v`` on the result never changes ``data``
         return Tensor._wrap((data if dtype is None else astype(data, dtype))._impl)
     return Tensor._wrap(to_impl(data, dtype, "tensor"))
@@ -65,8 +66,6 @@ def asarray(a, dtype=None) -> Tensor:
     [0, 1, 2]
     """
     if isinstance(a, Tensor):
-        from .elementwise import astype
-
         return a if dtype is None else astype(a, dtype)
     if isinstance(a, jax.Array) and (dtype is None or dtypes.canonicalize(dtype) == a.dtype):
         return Tensor._wrap(impl_from_array(a))
@@ -90,9 +89,6 @@ def _full(op: str, shape, fill_value, dtype) -> Tensor:
     shape = norm_shape(op, shape)
     dt = None if dtype is None else dtypes.canonicalize(dtype)
     if type(fill_value) not in _SCALARS and not isinstance(fill_value, np.generic):
-        from .elementwise import astype
-        from .shape import _broadcast_to
-
         t = (
             fill_value
             if isinstance(fill_value, Tensor)
@@ -221,13 +217,7 @@ def _index(op: str, name: str, v) -> int:
         raise op_error(TypeError, op, f"{name} must be an int, got {v!r}") from None
 
 
-def _size(shape) -> int:
-    return math.prod(shape)
-
-
 def _install_rules() -> None:
-    from ._rules import nondifferentiable
-
     nondifferentiable(iota_p)
 
 
@@ -236,9 +226,6 @@ _install_rules()
 
 def _install_vmap_and_shard_rules() -> None:
     # batched through jax.vmap of the lowering; no useful layout to propose: replicated (correct)
-    from . import _shard
-    from ._batch import vmap_rule
-
     for p in (iota_p,):
         p.batch = vmap_rule(p)
         p.shard = _shard.replicated

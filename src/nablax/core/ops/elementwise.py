@@ -31,7 +31,8 @@ from ..context import CTX, note_pending
 from ..dtypes import bool_, promote, promote_scalar
 from ..graph import Const, Node, deeper
 from ..primitive import primitive
-from ..tensor import Tensor, TensorImpl, batch_info, to_impl
+from ..realize import realize_impls
+from ..tensor import Tensor, TensorImpl, batch_info, bind, to_impl
 from ._util import broadcast_shapes
 from .elementwise_table import BINARY, KINDS, UNARY
 
@@ -141,8 +142,6 @@ def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:
     else:
         note_pending(wr)
     if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
-        from ..realize import realize_impls
-
         realize_impls([out])
     t = object.__new__(Tensor)
     t._impl = out
@@ -159,6 +158,11 @@ def _binary(name: str, a, b) -> Tensor:
     elif tb is Tensor and ta in _SCALARS:
         ti, s, first = b._impl, a, True
     else:
+        # a weakly typed traced scalar (a Python number argument under nx.compile) promotes itself
+        if ta is not Tensor and hasattr(ta, "_weak_binary"):
+            return ta._weak_binary(name, a, b)
+        if tb is not Tensor and hasattr(tb, "_weak_binary"):
+            return tb._weak_binary(name, a, b)
         ai = a._impl if ta is Tensor else _operand(a, name)
         bi = b._impl if tb is Tensor else _operand(b, name)
         return _binary_tt(name, prim, ai, bi)
@@ -282,8 +286,6 @@ def _make_binary(name):
             else:
                 note_pending(wr)
             if not depth & 63 and depth > _cfg_get("max_graph_depth"):
-                from ..realize import realize_impls
-
                 realize_impls([out])
             t = _new_tensor(Tensor)
             t._impl = out
@@ -421,8 +423,6 @@ def astype(x, dtype) -> Tensor:
     dt = dtypes.canonicalize(dtype)
     if dt == xi.dtype:
         return x if type(x) is Tensor else Tensor._wrap(xi)
-    from ..tensor import bind
-
     return Tensor._wrap(bind(convert, [xi], (dt,))[0])
 
 
@@ -457,8 +457,6 @@ def where(condition, x=None, y=None) -> Tensor:
     else:
         xi, yi = _operand(x, "where"), _operand(y, "where")
         dt = promote(xi.dtype, yi.dtype)
-    from ..tensor import bind
-
     return Tensor._wrap(bind(select, [ci, xi, yi], (dt,))[0])
 
 
@@ -491,8 +489,6 @@ def logical_xor(x1, x2) -> Tensor:
 def stop_gradient(x) -> Tensor:
     """Identity whose gradient is zero (see ``nx.grad``)."""
     xi = x._impl if type(x) is Tensor else _operand(x, "stop_gradient")
-    from ..tensor import bind
-
     out = bind(_stop_gradient, [xi])[0]
     out.src.trace = None  # constant for every transform: never walked, freed like eager code
     return Tensor._wrap(out)
@@ -556,8 +552,4 @@ def _install_methods() -> None:
 
 
 _install_methods()
-np_dtype = np.dtype  # re-export for typing in other families
-
-
-# Derivative rules live in elementwise_rules.py (this file would pass ~600 lines with them).
-from . import elementwise_rules  # noqa: E402,F401  (installs jvp/vjp on the primitives above)
+# Derivative, batching and sharding rules: elementwise_rules.py (imported by ops/__init__.py).

@@ -6,7 +6,12 @@ ops; primitives without a partial have a zero derivative or no float output.
 
 from __future__ import annotations
 
+import math
+
 from ..tensor import Tensor
+from . import _shard
+from ._batch import elementwise_rule
+from ._rules import nondifferentiable, unbroadcast
 from .elementwise import (
     _SCALARS,
     BINARY,
@@ -32,6 +37,7 @@ from .elementwise import (
     sinh,
     where,
 )
+from .shape import broadcast_to
 
 # ---- derivatives -----------------------------------------------------------------------------
 # d(out)/d(x) of unary primitives, as nablax ops of (x, out). Primitives absent here have a zero
@@ -39,8 +45,6 @@ from .elementwise import (
 
 
 def _unary_partials():
-    import math
-
     two_over_sqrt_pi = 2 / math.sqrt(math.pi)
     ln2, inv_ln10 = math.log(2), 1 / math.log(10)
     return {
@@ -145,8 +149,6 @@ def _unary_rules(name, partial):
 
 
 def _binary_rules(name, partials):
-    from ._rules import unbroadcast
-
     pa, pb = partials
 
     def operands(primals, dt):
@@ -167,8 +169,6 @@ def _binary_rules(name, partials):
         if acc is not None:
             acc = astype(acc, dt)
             if acc.shape != y.shape:
-                from .shape import broadcast_to
-
                 acc = broadcast_to(acc, y.shape)
         return [acc]
 
@@ -199,14 +199,10 @@ def _select_jvp(params, tangents, primals, outs):
     dt = outs[0].dtype
     tx = astype(tx, dt) if tx is not None else 0.0
     ty = astype(ty, dt) if ty is not None else 0.0
-    from .shape import broadcast_to
-
     return [broadcast_to(where(c, tx, ty), outs[0].shape)]
 
 
 def _select_vjp(params, cts, primals, outs):
-    from ._rules import unbroadcast
-
     ct = cts[0]
     c, x, y = primals
     if ct is None:
@@ -236,8 +232,6 @@ def _convert_vjp(params, cts, primals, outs):
 
 
 def _install_rules() -> None:
-    from ._rules import nondifferentiable
-
     partials = _unary_partials()
     for name in UNARY:
         if name in partials:
@@ -259,8 +253,6 @@ _install_rules()
 
 
 def _install_batch_rules() -> None:
-    from ._batch import elementwise_rule
-
     for p in (*PRIMS.values(), select, convert, _stop_gradient):
         p.batch = elementwise_rule(p)
 
@@ -269,8 +261,6 @@ _install_batch_rules()
 
 
 def _install_shard_rules() -> None:
-    from . import _shard
-
     for p in (*PRIMS.values(), select, convert, _stop_gradient):
         p.shard = _shard.elementwise
 

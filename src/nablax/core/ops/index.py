@@ -16,8 +16,10 @@ Boolean masks depend on data: the mask is realized and turned into integer indic
 from __future__ import annotations
 
 import math
+import operator
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ...errors import ShapeError, op_error
@@ -25,6 +27,9 @@ from .. import dtypes
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, bind, exact_scalar, impl_from_array, to_impl
 from ._util import broadcast_shapes, is_concrete, norm_axis
+from .creation import iota, zeros
+from .elementwise import astype, clip, equal, logical_and, mod, where
+from .shape import _reshape, expand_dims, reshape
 
 _T = ("t",)  # placeholder for an index tensor in the structure
 
@@ -78,8 +83,6 @@ def _gather_shape_uncached(x_shape, structure, idx_avals) -> tuple:
 def _symbolic_gather_shape(x_shape, structure, idx_avals) -> tuple:
     """Result shape when a size is symbolic (``nx.compile`` with ``dynamic_dims``): JAX's own
     shape rule on abstract values (no NumPy stand-ins)."""
-    import jax
-
     structs = [jax.ShapeDtypeStruct(s, np.int32) for s, _ in idx_avals]
     out = jax.eval_shape(
         lambda a, *ix: a[_rebuild(structure, ix)], jax.ShapeDtypeStruct(x_shape, np.int8), *structs
@@ -223,8 +226,6 @@ def _parse(x: TensorImpl, idx):
 
 
 def _device(arr):
-    import jax.numpy as jnp
-
     return jnp.asarray(arr)
 
 
@@ -372,8 +373,6 @@ def _in_range(idx, n: int, mode: str, wrap_negative: bool):
         if valid.all():
             return idx.astype(np.int32), None
         return np.where(valid, idx, 0).astype(np.int32), valid
-    from .elementwise import clip, logical_and, mod, where
-
     signed = idx.dtype.kind == "i"
     if mode == "wrap":
         return mod(idx, n), None
@@ -402,8 +401,6 @@ def _gather_filled(op: str, t: Tensor, index: tuple, fill) -> Tensor:
 def _filled(op: str, out: Tensor, valid, fill_value) -> Tensor:
     """``out`` where ``valid`` (broadcast), else the fill value (JAX's defaults: NaN for inexact
     dtypes, the most negative value for signed ints, the largest for unsigned, True for bool)."""
-    from .elementwise import where
-
     if valid is None:
         return out
     dt = out.dtype
@@ -437,8 +434,6 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     >>> nx.take(x, [0, -1, 3], mode="clip").tolist(), nx.take(x, [4, -1], mode="wrap").tolist()
     ([10.0, 10.0, 30.0], [20.0, 30.0])
     """
-    from .shape import _reshape, reshape
-
     m = _take_mode("take", mode)
     t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x, op="take"))
     if axis is None:
@@ -450,8 +445,6 @@ def take(x, indices, axis: int | None = None, mode: str | None = None, fill_valu
     if n == 0:
         if math.prod(idx.shape):
             raise op_error(IndexError, "take", f"cannot take from axis {ax} of size 0")
-        from .creation import zeros
-
         return zeros(t.shape[:ax] + tuple(idx.shape) + t.shape[ax + 1 :], t.dtype)
     index = (slice(None),) * ax
     if m == "fill" and isinstance(idx, Tensor):  # one gather that fills (as JAX's)
@@ -480,9 +473,6 @@ def take_along_axis(
     >>> nx.take_along_axis(x, nx.tensor([[1, 0, 3]]), axis=0).tolist()
     [[4.0, 2.0, nan]]
     """
-    from .creation import iota, zeros
-    from .shape import _reshape
-
     op = "take_along_axis"
     m = _take_mode(op, mode)
     t = arr if isinstance(arr, Tensor) else Tensor._wrap(to_impl(arr, op=op))
@@ -531,12 +521,6 @@ def one_hot(x, num_classes: int, dtype=None) -> Tensor:
     >>> nx.one_hot(nx.tensor([0, 2, 5]), 3).tolist()
     [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
     """
-    import operator
-
-    from .creation import iota
-    from .elementwise import astype, equal
-    from .shape import expand_dims
-
     try:
         k = operator.index(num_classes)
     except TypeError:
@@ -558,7 +542,4 @@ def _install_methods() -> None:
 
 
 _install_methods()
-
-
-# Derivative, batching and sharding rules live in index_rules.py (this file would pass ~600 lines).
-from . import index_rules  # noqa: E402,F401  (installs them on the primitives above)
+# Derivative, batching and sharding rules: index_rules.py (imported by ops/__init__.py).

@@ -7,8 +7,13 @@ import numpy as np
 
 from .. import dtypes
 from ..tensor import Tensor, bind
-from ._rules import cast_like, is_float_tensor
+from . import _shard
+from ._batch import vmap_rule
+from ._rules import cast_like, is_float_tensor, unbroadcast
+from .creation import iota, zeros
+from .elementwise import equal, logical_and, where
 from .index import _T, _gather_shape, fill_code, gather_p, scatter_p
+from .shape import pad, reshape
 
 # ---- derivative rules ------------------------------------------------------------------------
 # gather and scatter are linear in the gathered tensor / the updated tensor and the updates; their
@@ -26,8 +31,6 @@ def _scatter(x: Tensor, v: Tensor, structure, idx, mode: str) -> Tensor:
 
 
 def _zeros(shape, dtype) -> Tensor:
-    from .creation import zeros
-
     return zeros(shape, dtype)
 
 
@@ -73,8 +76,6 @@ def _scatter_vjp(params, cts, primals, outs):
     else:  # positions that were overwritten do not depend on x
         res[0] = _scatter(ct, _zeros((), ct.dtype), structure, idx, "set")
     if is_float_tensor(v):
-        from ._rules import unbroadcast
-
         if not idx:  # basic indexing: positions are distinct and in range
             g = _gather(ct, structure, idx)
         elif mode == "add":
@@ -103,9 +104,6 @@ def _tensor_axes(structure, ndim: int) -> list[int]:
 def _gather_or_zero(ct: Tensor, structure, idx) -> Tensor:
     """``ct[index]`` with zeros where an index is out of range (the updates a scatter dropped):
     each indexed axis gets one zero slot at its end, and out-of-range indices point there."""
-    from .elementwise import logical_and, where
-    from .shape import pad
-
     axes = _tensor_axes(structure, ct.ndim)
     widths = [(0, 0)] * ct.ndim
     new_idx = []
@@ -124,10 +122,6 @@ def _gather_winners(ct: Tensor, shape, structure, idx) -> Tensor:
     """``ct[index]`` where each update wrote the value that stayed, else zero (as JAX: with
     duplicate indices one update wins; out-of-range updates are dropped). Each update element gets
     an id; the ids are scattered like the updates and read back."""
-    from .creation import iota
-    from .elementwise import equal, where
-    from .shape import reshape
-
     target = _gather_shape(shape, structure, [(i.shape, i.dtype) for i in idx])
     count = int(np.prod(target, dtype=np.int64))
     ids = reshape(iota(dtypes.int32, (count,), 0) + 1, target)
@@ -145,8 +139,6 @@ _install_rules()
 
 
 def _install_batch_rules() -> None:
-    from ._batch import vmap_rule
-
     for p in (
         gather_p,
         scatter_p,
@@ -160,8 +152,6 @@ _install_batch_rules()
 def _gather_shard(params, in_layouts, in_avals, out_avals):
     """Basic indexing (ints, slices, ``None``, ``...``): a fully sliced dimension keeps its axes,
     a partly sliced one is replicated, an integer index removes it. Array indices: replicated."""
-    from . import _shard
-
     structure = params[0]
     lay, (in_shape, _) = in_layouts[0], in_avals[0]
     if any(s == _T or s[0] not in "isne" for s in structure):
@@ -184,8 +174,6 @@ def _gather_shard(params, in_layouts, in_avals, out_avals):
 
 
 def _install_shard_rules() -> None:
-    from . import _shard
-
     gather_p.shard = _gather_shard
     scatter_p.shard = _shard.same_as_input  # the output is the operand, updated: its layout
 

@@ -14,8 +14,12 @@ from ...errors import DTypeError, ShapeError, op_error
 from .. import dtypes
 from ..primitive import primitive
 from ..tensor import Tensor, bind, to_impl
-from ._rules import cast_like, is_float_tensor
+from . import _shard
+from ._batch import _batch_shape, to_full_batch
+from ._rules import cast_like, derive_from_jax, is_float_tensor
 from ._util import broadcast_shapes, is_concrete
+from .elementwise import multiply
+from .shape import broadcast_in_dim_p, reshape
 
 _shape_cache: dict = {}
 
@@ -118,8 +122,6 @@ def dot(a, b) -> Tensor:
     (ai, bi), dt = _operands("dot", (a, b))
     na, nb = len(ai.shape), len(bi.shape)
     if na == 0 or nb == 0:
-        from .elementwise import multiply
-
         return multiply(Tensor._wrap(ai), Tensor._wrap(bi))
     kb = 0 if nb == 1 else nb - 2
     if ai.shape[-1] != bi.shape[kb]:
@@ -139,8 +141,6 @@ def dot(a, b) -> Tensor:
 
 def outer(a, b) -> Tensor:
     """Outer product of the flattened inputs."""
-    from .shape import reshape
-
     ta = a if isinstance(a, Tensor) else Tensor._wrap(to_impl(a))
     tb = b if isinstance(b, Tensor) else Tensor._wrap(to_impl(b))
     return reshape(ta, (-1, 1)) * reshape(tb, (1, -1))
@@ -248,8 +248,6 @@ def _einsum_vjp(params, cts, primals, outs):
         impls = [cast_like(ct, outs[0])._impl] + [primals[j]._impl for j in others]
         g = Tensor._wrap(bind(einsum_p, impls, (f"{spec}->{''.join(kept)}", params[1]))[0])
         if len(kept) != len(terms[i]):  # labels summed only in this operand: broadcast back
-            from .shape import broadcast_in_dim_p
-
             dims = tuple(k for k, c in enumerate(terms[i]) if c in present)
             g = Tensor._wrap(bind(broadcast_in_dim_p, [g._impl], (x.shape, dims))[0])
         res.append(cast_like(g, x))
@@ -258,8 +256,6 @@ def _einsum_vjp(params, cts, primals, outs):
 
 def _install_rules() -> None:
     global _derived_vjp
-    from ._rules import derive_from_jax
-
     derive_from_jax(einsum_p)
     _derived_vjp = einsum_p.vjp
     einsum_p.jvp, einsum_p.vjp = _einsum_jvp, _einsum_vjp
@@ -272,8 +268,6 @@ _install_rules()
 
 
 def _einsum_batch(params, bds, *xs):
-    from ._batch import _batch_shape, to_full_batch
-
     spec, dt = params
     ins, out = spec.split("->")
     free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec]
@@ -293,8 +287,6 @@ einsum_p.batch = _einsum_batch
 
 
 def _install_shard_rules() -> None:
-    from . import _shard
-
     einsum_p.shard = _shard.einsum
 
 

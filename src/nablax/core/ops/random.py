@@ -20,7 +20,11 @@ import numpy as np
 from ...errors import DTypeError, op_error
 from .. import dtypes
 from ..primitive import primitive
+from ..realize import tracing_guard
 from ..tensor import Tensor, bind, impl_from_array, to_impl
+from . import _shard
+from ._batch import vmap_rule
+from ._rules import nondifferentiable
 from ._util import norm_shape
 
 __all__ = ["key", "split", "normal", "uniform", "randint", "bernoulli", "seed"]
@@ -133,8 +137,6 @@ def _thread_stream() -> Tensor:
 
 
 def _next_key() -> Tensor:
-    from ..realize import tracing_guard
-
     tracing_guard("nx.random (global key)")
     k, sub = split(_thread_stream())
     _thread.key = k
@@ -213,8 +215,6 @@ def bernoulli(key=None, p=0.5, shape=None) -> Tensor:
 
 
 def _install_rules() -> None:
-    from ._rules import nondifferentiable
-
     nondifferentiable(split_p, normal_p, uniform_p, randint_p)
 
 
@@ -223,9 +223,6 @@ _install_rules()
 
 def _install_vmap_and_shard_rules() -> None:
     # batched through jax.vmap of the lowering; no useful layout to propose: replicated (correct)
-    from . import _shard
-    from ._batch import vmap_rule
-
     for p in (
         split_p,
         normal_p,

@@ -14,9 +14,11 @@ from ...errors import DTypeError, ShapeError, op_error
 from .. import dtypes
 from ..primitive import primitive
 from ..tensor import Tensor, bind
-from ._rules import cast_like, is_float_tensor
+from . import _shard
+from ._batch import shift, unary_rule
+from ._rules import cast_like, is_float_tensor, linear, nondifferentiable
 from ._util import norm_axes, norm_axis
-from .creation import iota, zeros_like
+from .creation import full, iota, zeros_like
 from .elementwise import (
     astype,
     equal,
@@ -28,7 +30,7 @@ from .elementwise import (
     subtract,
     where,
 )
-from .shape import _impl, flip, reshape, transpose
+from .shape import _impl, broadcast_in_dim_p, flip, moveaxis, pad_p, reshape, slice_p, transpose
 
 
 def _reduced_shape(shape, axes):
@@ -195,8 +197,6 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
     t = astype(Tensor._wrap(xi), dtypes.to_float(xi.dtype))
     axes = norm_axes("logsumexp", axis, xi.shape)
     if _count(xi.shape, axes) == 0:  # empty sum: log(0) = -inf, as jax.nn.logsumexp
-        from .creation import full
-
         return _keep(
             full(_reduced_shape(xi.shape, axes), -np.inf, t.dtype), xi.shape, axes, keepdims
         )
@@ -270,8 +270,6 @@ def argsort(x, axis: int | None = -1) -> Tensor:
 
 def topk(x, k: int, axis: int = -1) -> tuple[Tensor, Tensor]:
     """The ``k`` largest values along ``axis`` and their indices, largest first (``lax.top_k``)."""
-    from .shape import moveaxis
-
     t, ax = _sortable("topk", x, axis)
     if not 0 <= k <= t.shape[ax]:
         raise op_error(ShapeError, "topk", f"k={k} is out of range for axis of size {t.shape[ax]}")
@@ -306,8 +304,6 @@ def _bind1(prim, xs, params) -> Tensor:
 
 def _expand(y: Tensor, shape, axes) -> Tensor:
     """``y`` (reduced over ``axes``) broadcast back to ``shape``."""
-    from .shape import broadcast_in_dim_p
-
     dims = tuple(a for a in range(len(shape)) if a not in axes)
     return _bind1(broadcast_in_dim_p, [y], (tuple(shape), dims))
 
@@ -340,8 +336,6 @@ def _chooser_vjp(params, cts, primals, outs):
 
 def _shift(a: Tensor, k: int, fill) -> Tensor:
     """``a`` moved ``k`` places along its last axis, the first ``k`` entries set to ``fill``."""
-    from .shape import pad_p, slice_p
-
     n = a.shape[-1]
     nd = a.ndim
     kept = _bind1(slice_p, [a], ((0,) * nd, a.shape[:-1] + (n - k,), (1,) * nd))
@@ -441,8 +435,6 @@ def _topk_vjp(params, cts, primals, outs):
 
 
 def _install_rules() -> None:
-    from ._rules import linear, nondifferentiable
-
     linear(reduce_sum_p, _sum_t)
     linear(cumsum_p, _cumsum_t)
     for p in (reduce_max_p, reduce_min_p):
@@ -460,8 +452,6 @@ _install_rules()
 
 
 def _install_batch_rules() -> None:
-    from ._batch import shift, unary_rule
-
     for p, fn, out in (
         (reduce_sum_p, jnp.sum, _sum_dtype),
         (reduce_prod_p, jnp.prod, _sum_dtype),
@@ -495,8 +485,6 @@ _install_batch_rules()
 
 
 def _install_shard_rules() -> None:
-    from . import _shard
-
     for p in (reduce_sum_p, reduce_prod_p, reduce_max_p, reduce_min_p, reduce_and_p, reduce_or_p):
         p.shard = _shard.drop_dims(lambda params: params[0])
     for p in (argmax_p, argmin_p):

@@ -11,9 +11,11 @@ import numpy as np
 from jax import lax
 
 from ...errors import ShapeError, op_error
+from ..dtypes import promote
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, bind, exact_scalar, to_impl
 from ._util import as_dim, norm_axes, norm_axis, norm_shape
+from .elementwise import astype
 
 
 def _impl(x, op: str) -> TensorImpl:
@@ -262,8 +264,6 @@ def unsqueeze(x, dim: int) -> Tensor:
 
 
 def _result_dtype(impls):
-    from ..dtypes import promote
-
     d = impls[0].dtype
     for i in impls[1:]:
         d = promote(d, i.dtype)
@@ -294,8 +294,6 @@ def concatenate(tensors, axis: int | None = 0) -> Tensor:
             )
     dt = _result_dtype(impls)
     if len(impls) == 1:
-        from .elementwise import astype
-
         return astype(Tensor._wrap(impls[0]), dt)
     return _wrap1(concatenate_p, impls, (ax, dt))
 
@@ -466,10 +464,8 @@ def repeat(x, repeats, axis: int | None = None) -> Tensor:
         raise op_error(
             ShapeError, "repeat", f"repeats has shape {reps.shape}; axis {ax} has size {n}"
         )
-    from .index import getitem
-
     idx = np.repeat(np.arange(n), np.broadcast_to(reps, (n,))).astype(np.int32)
-    return getitem(t, (slice(None),) * ax + (idx,))
+    return t[(slice(None),) * ax + (idx,)]  # a gather: Tensor.__getitem__ (core/ops/index.py)
 
 
 def ravel(x) -> Tensor:
@@ -527,7 +523,4 @@ def _install_methods() -> None:
 
 
 _install_methods()
-
-
-# Derivative, batching and sharding rules live in shape_rules.py (this file would pass ~600 lines).
-from . import shape_rules  # noqa: E402,F401  (installs them on the primitives above)
+# Derivative, batching and sharding rules: shape_rules.py (imported by ops/__init__.py).

@@ -7,7 +7,11 @@ import numpy as np
 from jax import lax
 
 from ..tensor import Tensor, bind
-from ._rules import cast_like, is_float_tensor
+from . import _shard
+from ._batch import _batch_shape, shift, to_full_batch, unary_rule
+from ._rules import cast_like, is_float_tensor, linear
+from .creation import zeros
+from .reduce import reduce_sum_p
 from .shape import (
     _pad_lower,
     broadcast_in_dim_p,
@@ -30,8 +34,6 @@ def _bind1(prim, xs, params) -> Tensor:
 
 
 def _zeros(shape, dtype) -> Tensor:
-    from .creation import zeros
-
     return zeros(shape, dtype)
 
 
@@ -44,8 +46,6 @@ def _transpose_t(params, ct, x):
 
 
 def _broadcast_in_dim_t(params, ct, x):
-    from .reduce import reduce_sum_p
-
     shape, dims = params
     stretched = {d for i, d in enumerate(dims) if x.shape[i] == 1 and shape[d] != 1}
     axes = tuple(a for a in range(len(shape)) if a not in dims or a in stretched)
@@ -137,8 +137,6 @@ def _split_vjp(params, cts, primals, outs):
 
 
 def _install_rules() -> None:
-    from ._rules import linear
-
     def transpose_of(rule):
         return lambda params, ct, x: rule(params, cast_like(ct, x), x)
 
@@ -159,16 +157,12 @@ _install_rules()
 
 
 def _concatenate_batch(params, bds, *xs):
-    from ._batch import _batch_shape, to_full_batch
-
     bshape = _batch_shape(xs, bds)
     full = [to_full_batch(x, b, bshape).astype(params[1]) for x, b in zip(xs, bds)]
     return lax.concatenate(full, params[0] + len(bshape))
 
 
 def _install_batch_rules() -> None:
-    from ._batch import shift, unary_rule
-
     def lead(b):
         return tuple(range(b))
 
@@ -190,8 +184,6 @@ _install_batch_rules()
 
 
 def _install_shard_rules() -> None:
-    from . import _shard
-
     reshape_p.shard = _shard.reshape
     transpose_p.shard = _shard.transpose
     broadcast_in_dim_p.shard = _shard.broadcast_in_dim

@@ -9,7 +9,14 @@ retracing. Non-tensor outputs (ints, strings, ``None``, containers) are recorded
 returned as they were.
 
 The cache key is the pytree structure of the arguments, the shape/dtype of every tensor leaf, the
-value of every other leaf, and the static arguments' values. A realization inside the traced
+kind (never the value) of every Python or NumPy number leaf, the value of every other leaf, and
+the static arguments' values. Python numbers are traced as weakly typed 0-d values, like
+``jax.jit`` (scalars.py): a step counter does not retrace, ``if step > 10:`` raises
+:class:`~nablax.errors.ConcretizationError` naming ``static_argnums`` / ``static_argnames``, which
+keep an argument a Python value (one trace per value; ``static_argnames`` also covers the same
+parameters passed by position, and ``static_argnums`` the same passed by keyword, as in
+``jax.jit``). Traces caused by changing values in the key are counted, with one warning past the
+nablax option ``compile_retrace_warning``. A realization inside the traced
 function (``.item()``, ``print``, a Python ``if`` on a tensor) is a *graph break*: with
 ``fullgraph=True`` it raises :class:`~nablax.errors.GraphBreakError` naming the user's line; by
 default that signature falls back to plain eager execution with one warning.
@@ -66,14 +73,35 @@ from ...errors import GraphBreakError
 from ..context import CTX
 from ..graph import src_node
 from ..tensor import Tensor, TensorImpl
-from .sizes import Guard, evaluate, guarded, is_symbolic, plain_tree
+from .scalars import (
+    RetraceWatch,
+    ScalarArg,
+    is_traced_number,
+    leaf_label,
+    scalar_key,
+    scalar_placeholder,
+    static_both_ways,
+    strong_arguments,
+)
+from .sizes import (
+    SYMBOLIC_ERRORS,
+    Guard,
+    SizedCall,
+    check_dynamic_dims,
+    evaluate,
+    guarded,
+    is_symbolic,
+    plain_tree,
+    symbols,
+)
 from .staging import (
-    compile_input_p,  # noqa: F401 - re-exported for core/sharding.py and the tests
-    dimension_value,  # noqa: F401 - used by core/tensor.py through this module
+    SCALAR_ARGS,
     lower,
     make_placeholder,
     trace_graph,
 )
+
+_PY_NUMBERS = (int, float, bool, complex)
 
 
 @dataclass(frozen=True)
@@ -145,20 +173,23 @@ class Compiled:
     def __init__(self, f, static_argnums, static_argnames, dynamic_dims, fullgraph, max_size):
         functools.update_wrapper(self, f)
         self._f = f
-        self._static_nums = tuple(static_argnums)
-        self._static_names = tuple(static_argnames)
+        try:
+            self._sig = inspect.signature(f)
+        except (TypeError, ValueError):
+            self._sig = None
+        self._static_nums, self._static_names = static_both_ways(
+            self._sig, tuple(static_argnums), tuple(static_argnames)
+        )
+        self._static_at: dict = {}  # number of positional arguments -> static positions
         self._fullgraph = fullgraph
         self._max = max_size
-        self._dyn = _check_dynamic_dims(dynamic_dims or {})
+        self._dyn = check_dynamic_dims(dynamic_dims or {})
         self._per_size: set = set()  # symbolic signatures whose code turned out size-dependent
         self._cache: collections.OrderedDict = collections.OrderedDict()
         self._fast: dict = {}  # all-tensor positional signatures -> entry (see __call__)
         self._lock = threading.Lock()  # cache bookkeeping, for calls from several threads
         self._hits = self._misses = self._traces = self._evictions = 0
-        try:
-            self._sig = inspect.signature(f)
-        except (TypeError, ValueError):
-            self._sig = None
+        self._watch = RetraceWatch(self.__qualname__, self._sig)
 
     # ---- public -------------------------------------------------------------------------------
     def cache_info(self) -> CacheInfo:
@@ -173,6 +204,7 @@ class Compiled:
         self._cache.clear()
         self._fast.clear()
         self._per_size.clear()
+        self._watch.clear()
         self._hits = self._misses = self._traces = self._evictions = 0
 
     def __get__(self, obj, objtype=None):  # methods: bind like a function
@@ -181,12 +213,19 @@ class Compiled:
     # ---- calls --------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         if not kwargs and not self._static_nums and not self._dyn:
-            # Fast path: positional arguments that are all realized, untransformed tensors.
+            # Fast path: positional arguments that are all realized, untransformed tensors or
+            # Python numbers (passed to the program as they are, weakly typed: see _build).
             key = []
             vals = []
             for a in args:
-                if type(a) is not Tensor:
-                    break
+                ta = type(a)
+                if ta is not Tensor:
+                    if ta not in _PY_NUMBERS or (ta is int and not -(2**31) <= a < 2**31):
+                        break
+                    key.append(ta)
+                    key.append(None)
+                    vals.append(a)
+                    continue
                 i = a._impl
                 v = i.value
                 if v is None or i.src is not None or i.batch_shape:
@@ -212,6 +251,10 @@ class Compiled:
                 key_leaves.append(("t", impl.shape, impl.dtype))
             elif isinstance(leaf, (jax.Array, np.ndarray)):
                 key_leaves.append(("a", tuple(leaf.shape), np.dtype(leaf.dtype)))
+            elif is_traced_number(leaf):  # traced: its kind is in the key, never its value
+                key_leaves.append(
+                    scalar_key(leaf, lambda k=k: self._leaf_label(len(args), dyn_args, k))
+                )
             else:
                 key_leaves.append(("v", type(leaf), _hashable(leaf, f"argument leaf {k}")))
         key = (treedef, tuple(key_leaves), statics)
@@ -232,14 +275,23 @@ class Compiled:
         entry = self._cache.get(key)
         if entry is None:
             self._misses += 1
+            self._watch.note_key(
+                treedef, key_leaves, statics, lambda k: self._leaf_label(len(args), dyn_args, k)
+            )
             entry = self._trace(args, kwargs, leaves, treedef, key, dyn, env)
             if entry is None:  # not shape-polymorphic: this size (and each later one) on its own
                 self._per_size.add(key)
                 key = (treedef, tuple(key_leaves), statics)
                 entry = self._cache.get(key) or self._trace(args, kwargs, leaves, treedef, key)
             if not kwargs and not self._static_nums and not entry.eager:
-                if all(type(a) is Tensor for a in args) and len(leaves) == len(args):
-                    entry.fast_key = tuple(x for a in args for x in (a.shape, a.dtype))
+                if all(type(a) is Tensor or type(a) in _PY_NUMBERS for a in args) and len(
+                    leaves
+                ) == len(args):
+                    entry.fast_key = tuple(
+                        x
+                        for a in args
+                        for x in ((a.shape, a.dtype) if type(a) is Tensor else (type(a), None))
+                    )
                     self._fast[entry.fast_key] = entry
         else:
             self._hits += 1
@@ -252,7 +304,7 @@ class Compiled:
 
     def _split(self, args, kwargs):
         """(dynamic part as a pytree, hashable static part)."""
-        nums = {i % len(args) if args else i for i in self._static_nums}
+        nums = self._static_positions(len(args))
         static_pos = tuple((i, _hashable(args[i], f"static argument {i}")) for i in sorted(nums))
         dyn_pos = tuple(a for i, a in enumerate(args) if i not in nums)
         static_kw = tuple(
@@ -265,18 +317,30 @@ class Compiled:
         dyn_kw = {k: v for k, v in kwargs.items() if k not in self._static_names}
         return (dyn_pos, dyn_kw), (static_pos, static_kw)
 
+    def _static_positions(self, n: int) -> frozenset:
+        """The static positions among ``n`` positional arguments (negative numbers count from the
+        end; numbers past ``n`` name parameters passed by keyword: scalars.static_both_ways)."""
+        got = self._static_at.get(n)
+        if got is None:
+            got = frozenset(i % n for i in self._static_nums if -n <= i < n)
+            self._static_at[n] = got
+        return got
+
+    def _leaf_label(self, n_args: int, dyn_args, k: int, fix: bool = False):
+        return leaf_label(self._sig, self._static_positions(n_args), n_args, dyn_args, k, fix)
+
     def _run(self, entry: _Entry, leaves, env=None):
         arrays = [
             leaf._realized_value() if isinstance(leaf, Tensor) else leaf
             for leaf in leaves
-            if isinstance(leaf, (Tensor, jax.Array, np.ndarray))
+            if isinstance(leaf, (Tensor, jax.Array, np.ndarray)) or is_traced_number(leaf)
         ]
         return entry.wrap(entry.fn(*arrays, *entry.captured), env)
 
     def _bind_dynamic(self, args, leaves) -> tuple[dict, dict]:
         """``({leaf index: {dim: name}}, {name: size})`` for this call; sizes sharing a name must
         agree."""
-        nums = {i % len(args) for i in self._static_nums} if args else set()
+        nums = self._static_positions(len(args))
         leaf_of = {}
         k = 0
         for i, a in enumerate(args):
@@ -336,7 +400,7 @@ class Compiled:
             self._store(key, entry)
             return entry
         except Exception as e:
-            if guard is None or not (guard.first or isinstance(e, _SYMBOLIC_ERRORS)):
+            if guard is None or not (guard.first or isinstance(e, SYMBOLIC_ERRORS)):
                 raise
             return self._not_polymorphic(guard, e)
         finally:
@@ -358,9 +422,18 @@ class Compiled:
         arguments to call ``f`` with."""
         placeholders = []
         new_leaves = []
-        syms = {n: guarded(d, guard) for n, d in _symbols(dyn).items()} if dyn else {}
+        syms = {n: guarded(d, guard) for n, d in symbols(dyn).items()} if dyn else {}
+        dyn_args = None
         for k, leaf in enumerate(leaves):
-            if isinstance(leaf, (Tensor, jax.Array, np.ndarray)):
+            if type(leaf) in _PY_NUMBERS:  # a weakly typed traced scalar (scalars.py)
+                if dyn_args is None:
+                    dyn_args = _tree.unflatten(treedef, leaves)
+                label, fix = self._leaf_label(len(args), dyn_args, k, fix=True)
+                origin = ScalarArg(self.__qualname__, label, type(leaf), fix)
+                node, ph = scalar_placeholder(leaf, len(placeholders), origin)
+                placeholders.append(node)
+                new_leaves.append(ph)
+            elif isinstance(leaf, (Tensor, jax.Array, np.ndarray, np.number, np.bool_)):
                 t = leaf if isinstance(leaf, Tensor) else Tensor(leaf)
                 node, ph = make_placeholder(t, len(placeholders))
                 if dyn and k in dyn:  # symbolic sizes: one trace serves every size
@@ -393,13 +466,17 @@ class Compiled:
         program, entry.captured = lower(
             [out_leaves[k]._impl for k in entry.out_slots], placeholders
         )
+        # Python numbers reach the program weakly typed: made strong as the graph recorded them
+        program = strong_arguments(
+            program, {k: n.params[1] for k, n in enumerate(placeholders) if n in SCALAR_ARGS}
+        )
         if dyn:  # exported once with symbolic shapes; jit specializes it per concrete size
             specs = [
                 jax.ShapeDtypeStruct(plain_tree(n.params[0]), n.params[1]) for n in placeholders
             ]
             specs += [jax.ShapeDtypeStruct(c.shape, c.dtype) for c in entry.captured]
             exported = jax.export.export(jax.jit(program))(*specs)
-            entry.fn = _SizedCall(jax.jit(exported.call), entry)
+            entry.fn = SizedCall(jax.jit(exported.call), entry)
             entry.sizes = set()
         else:
             entry.fn = jax.jit(program)
@@ -416,7 +493,7 @@ class Compiled:
         return None
 
     def _merge(self, args, kwargs, dyn_pos, dyn_kw):
-        nums = {i % len(args) if args else i for i in self._static_nums}
+        nums = self._static_positions(len(args))
         it = iter(dyn_pos)
         call_args = [args[i] if i in nums else next(it) for i in range(len(args))]
         call_kw = {k: (kwargs[k] if k in self._static_names else dyn_kw[k]) for k in kwargs}
@@ -430,54 +507,6 @@ class Compiled:
                 if old.fast_key is not None:
                     self._fast.pop(old.fast_key, None)
                 self._evictions += 1
-
-
-class _SizedCall:
-    """The jitted call of an exported (shape-polymorphic) program; records each concrete size."""
-
-    __slots__ = ("fn", "entry")
-
-    def __init__(self, fn, entry) -> None:
-        self.fn, self.entry = fn, entry
-
-    def __call__(self, *arrays):
-        self.entry.sizes.add(tuple(tuple(a.shape) for a in arrays))
-        return self.fn(*arrays)
-
-
-def _symbolic_errors() -> tuple:
-    from jax.export import is_symbolic_dim  # noqa: F401 - make sure the module is loaded
-
-    try:
-        from jax._src.export.shape_poly import InconclusiveDimensionOperation
-    except ImportError:  # pragma: no cover - older/newer JAX layouts
-        InconclusiveDimensionOperation = ValueError  # noqa: N806
-    from ...errors import ShapeError
-
-    return (InconclusiveDimensionOperation, TypeError, ShapeError, ValueError, IndexError)
-
-
-_SYMBOLIC_ERRORS = _symbolic_errors()
-
-
-def _check_dynamic_dims(dd) -> dict:
-    if not isinstance(dd, dict) or not all(
-        isinstance(i, int)
-        and isinstance(dims, dict)
-        and all(isinstance(d, int) and isinstance(n, str) for d, n in dims.items())
-        for i, dims in dd.items()
-    ):
-        raise TypeError(
-            f"nx.compile: dynamic_dims must look like {{arg_index: {{dim_index: 'name'}}}}, got "
-            f"{dd!r}"
-        )
-    return dd
-
-
-def _symbols(dyn: dict) -> dict:
-    """One symbolic size per name, in one scope (jax.export shape polymorphism)."""
-    names = sorted({n for dims in dyn.values() for n in dims.values()})
-    return dict(zip(names, jax.export.symbolic_shape(",".join(names))))
 
 
 def _hashable(v, what: str):

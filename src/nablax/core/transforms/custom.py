@@ -27,6 +27,10 @@ from typing import Any
 from ... import tree as _tree
 from ..context import CTX
 from ..graph import _self_alive, split_ref
+from ..ops import _shard
+from ..ops._batch import vmap_rule
+from ..ops.creation import zeros_like
+from ..ops.elementwise import stop_gradient
 from ..primitive import primitive
 from ..tensor import Tensor, bind
 from .trace import Opaque
@@ -166,8 +170,6 @@ class custom_vjp:
         return self._call_traced(_positional(self, args, kwargs), trace)
 
     def _call_traced(self, args: tuple, trace):
-        from ..ops.elementwise import stop_gradient
-
         inputs, paths, positions, n_leaves, treedefs = [], [], [], [], []
         for i, a in enumerate(args):
             if i in self.nondiff_argnums:
@@ -210,8 +212,6 @@ class custom_vjp:
 
 
 def _custom_vjp_rule(params, cts, primals, outs):
-    from ..ops.creation import zeros_like
-
     n_in, n_out, opaque = params
     rec = opaque.obj
     fn = rec.fn
@@ -266,9 +266,6 @@ custom_vjp_call_p.jvp = _custom_jvp_rule
 
 def _install_vmap_and_shard_rules() -> None:
     # batched through jax.vmap of the lowering; no useful layout to propose: replicated (correct)
-    from ..ops import _shard
-    from ..ops._batch import vmap_rule
-
     for p in (custom_vjp_call_p,):
         p.batch = vmap_rule(p)
         p.shard = _shard.replicated

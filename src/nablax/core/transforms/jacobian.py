@@ -13,6 +13,8 @@ import functools
 from collections.abc import Callable
 
 from ... import tree as _tree
+from ..ops.creation import eye, zeros_like
+from ..ops.shape import moveaxis
 from ..tensor import Tensor
 from .jvp import jvp
 from .vjp import _norm_argnums, _split_aux, vjp
@@ -21,8 +23,6 @@ from .vmap import vmap
 
 def _eye(shape, dtype) -> Tensor:
     """The identity basis of a tensor of ``shape``: shape ``(size,) + shape``."""
-    from ..ops.creation import eye
-
     size = 1
     for d in shape:
         size *= d
@@ -30,8 +30,6 @@ def _eye(shape, dtype) -> Tensor:
 
 
 def _zeros_like(t):
-    from ..ops.creation import zeros_like
-
     return zeros_like(t)
 
 
@@ -97,8 +95,6 @@ def jacfwd(f: Callable, argnums=0, has_aux: bool = False) -> Callable:
 
     @functools.wraps(f)
     def wrapped(*args):
-        from ..ops.shape import moveaxis
-
         nums, single = _norm_argnums(argnums)
         diff = [args[i] for i in nums]
         diff = [_tree.map(lambda x: x if isinstance(x, Tensor) else Tensor(x), d) for d in diff]

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from ... import tree as _tree
 from ..graph import end_trace, gc_paused, split_ref
+from ..ops.creation import zeros_like
 from ..tensor import Tensor
 from .trace import (
     LazyOutputs,
@@ -108,8 +109,6 @@ def jvp(f: Callable, primals, tangents, has_aux: bool = False):
             touts = forward_pass(leaves, tmap)
         finally:
             end_trace(trace)
-    from ..ops.creation import zeros_like
-
     t_out = [
         zeros_like(o) if t is None else check_readable("jvp", f, f"the tangent of output {i}", t)
         for i, (o, t) in enumerate(zip(leaves, touts))

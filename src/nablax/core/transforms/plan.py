@@ -29,8 +29,10 @@ import threading
 import weakref
 
 from ... import _config
+from ..context import note_pending
 from ..graph import SCALAR_TYPES, Const, Node, seq_of
-from ..tensor import TensorImpl
+from ..realize import realize_impls
+from ..tensor import Tensor, TensorImpl
 from .trace import Opaque, input_aval
 
 _MAX_PLANS = 256
@@ -354,9 +356,6 @@ def bind_output(ref, shape, dtype, batch_shape=()) -> TensorImpl:
 
 def replay(plan: Plan, frame: Frame, markers) -> dict:
     """Build the recorded backward nodes on ``frame``; ``{marker: cotangent tensor}``."""
-    from ..context import note_pending
-    from ..tensor import Tensor
-
     _S.hits += 1
     env = frame.env
     max_depth = build_nodes(plan.nodes, env, frame.depths, frame.trace)
@@ -371,8 +370,6 @@ def replay(plan: Plan, frame: Frame, markers) -> dict:
             note_pending(src_out(ref))
         result[marker_list[i]] = Tensor._wrap(impl)
     if max_depth > _config.get("max_graph_depth"):
-        from ..realize import realize_impls
-
         realize_impls(list(made.values()))
     return result
 

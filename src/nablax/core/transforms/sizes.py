@@ -42,6 +42,7 @@ import sys
 import jax
 import numpy as np
 
+from ...errors import ShapeError
 from ..tensor import Tensor
 
 _DimExpr = type(jax.export.symbolic_shape("n")[0])
@@ -408,3 +409,52 @@ def evaluate(d, env: dict) -> int:
 def is_symbolic(v) -> bool:
     """Whether ``v`` is a symbolic size (a :class:`Size` or JAX's own)."""
     return isinstance(v, _DimExpr)
+
+
+# ---- compile(dynamic_dims=...) helpers (used by compile.py) -------------------------------
+
+
+class SizedCall:
+    """The jitted call of an exported (shape-polymorphic) program; records each concrete size."""
+
+    __slots__ = ("fn", "entry")
+
+    def __init__(self, fn, entry) -> None:
+        self.fn, self.entry = fn, entry
+
+    def __call__(self, *arrays):
+        self.entry.sizes.add(tuple(tuple(np.shape(a)) for a in arrays))
+        return self.fn(*arrays)
+
+
+def _symbolic_errors() -> tuple:
+    from jax.export import is_symbolic_dim  # noqa: F401 - make sure the module is loaded
+
+    try:
+        from jax._src.export.shape_poly import InconclusiveDimensionOperation
+    except ImportError:  # pragma: no cover - older/newer JAX layouts
+        InconclusiveDimensionOperation = ValueError  # noqa: N806
+    return (InconclusiveDimensionOperation, TypeError, ShapeError, ValueError, IndexError)
+
+
+SYMBOLIC_ERRORS = _symbolic_errors()
+
+
+def check_dynamic_dims(dd) -> dict:
+    if not isinstance(dd, dict) or not all(
+        isinstance(i, int)
+        and isinstance(dims, dict)
+        and all(isinstance(d, int) and isinstance(n, str) for d, n in dims.items())
+        for i, dims in dd.items()
+    ):
+        raise TypeError(
+            f"nx.compile: dynamic_dims must look like {{arg_index: {{dim_index: 'name'}}}}, got "
+            f"{dd!r}"
+        )
+    return dd
+
+
+def symbols(dyn: dict) -> dict:
+    """One symbolic size per name, in one scope (jax.export shape polymorphism)."""
+    names = sorted({n for dims in dyn.values() for n in dims.values()})
+    return dict(zip(names, jax.export.symbolic_shape(",".join(names))))

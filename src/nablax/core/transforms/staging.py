@@ -7,21 +7,22 @@ from the placeholders (plus the arrays it captured) to the outputs into a Python
 values, to be jitted. While a function is being staged (:func:`trace_graph`), a realization that
 needs a placeholder is a graph break (:class:`~nablax.errors.GraphBreakError`, naming the user's
 line), and pending tensors built on placeholders are forgotten afterwards so no eager program ever
-picks them up. Symbolic sizes (``dynamic_dims``) used as values become ``dimension_value`` nodes.
+picks them up. Symbolic sizes (``dynamic_dims``) used as values become ``dimension_value`` nodes
+(core/tensor.py builds them: ``to_impl`` of a symbolic size).
 """
 
 from __future__ import annotations
 
 import os
 import traceback
-import weakref as _weakref
+import weakref
 
 import numpy as np
 
 from ...errors import GraphBreakError
 from .. import realize as _realize
 from ..context import CTX
-from ..graph import SCALAR_TYPES, Const, Node, _next_seq, src_node, toposort
+from ..graph import SCALAR_TYPES, Const, Node, _next_seq, split_ref, src_node, toposort
 from ..primitive import Primitive
 from ..tensor import Tensor, TensorImpl
 
@@ -44,37 +45,6 @@ compile_input_p = Primitive(
 )
 
 
-def _dimension_lower(params):
-    import jax.numpy as jnp
-
-    return jnp.asarray(params[0], dtype=params[1])
-
-
-# A symbolic size used as a value (``x.sum() / x.shape[0]`` with ``dynamic_dims``): lowered with
-# JAX's shape polymorphism. Like the placeholder, it exists only inside compile traces.
-dimension_p = Primitive(
-    "dimension_value",
-    lambda params: (((), params[1]),),
-    _dimension_lower,
-    differentiable=False,
-    doc="The value of a symbolic dimension size (nx.compile dynamic_dims).",
-)
-dimension_p.jvp = lambda params, tangents, primals, outs: [None]
-dimension_p.vjp = lambda params, cts, primals, outs: []
-dimension_p.shard = lambda params, lays, ins, outs: ((),)
-
-
-def dimension_value(d, dtype=None) -> TensorImpl:
-    """A 0-d tensor holding the symbolic size ``d`` (int32 unless ``dtype`` says otherwise)."""
-    from ..dtypes import canonicalize
-
-    dt = canonicalize(dtype) if dtype is not None else np.dtype(np.int32)
-    node = Node(dimension_p, (d, dt), (), 1, None)
-    impl = TensorImpl(node, None, (), dt)
-    node.outs = (_weakref.ref(impl),)
-    return impl
-
-
 def _user_frame() -> str:
     """``file:line`` of the innermost frame outside nablax (where the user's code realized)."""
     for fr in reversed(traceback.extract_stack()):
@@ -95,16 +65,26 @@ class _Tracing:
         CTX.tracing_depth -= 1
 
 
+# Placeholder node -> the Python number argument it stands for (a scalars.ScalarArg); such a
+# value needed by a program is a ConcretizationError naming static_argnums, not a graph break.
+SCALAR_ARGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _check_no_placeholder(nodes) -> None:
-    """Called by realization while tracing: a placeholder in the program is a graph break."""
-    for n in nodes:
-        if n.prim is compile_input_p:
-            raise GraphBreakError(
-                f"nx.compile: the traced function needs a concrete value at {_user_frame()}. "
-                f"Fix: keep values lazy inside the function (use nx.where instead of Python if, "
-                f"return tensors instead of calling .item()), or use fullgraph=False to run this "
-                f"signature eagerly"
-            )
+    """Called by realization while tracing: a placeholder in the program is a graph break (or,
+    when the program needs only traced Python numbers, a concretization error naming them)."""
+    needed = [n for n in nodes if n.prim is compile_input_p]
+    if not needed:
+        return
+    origins = [SCALAR_ARGS.get(n) for n in needed]
+    if all(o is not None for o in origins):
+        raise origins[0].error("read the value of", origins)
+    raise GraphBreakError(
+        f"nx.compile: the traced function needs a concrete value at {_user_frame()}. "
+        f"Fix: keep values lazy inside the function (use nx.where instead of Python if, "
+        f"return tensors instead of calling .item()), or use fullgraph=False to run this "
+        f"signature eagerly"
+    )
 
 
 _realize._tracing_check = _check_no_placeholder
@@ -115,8 +95,6 @@ def forget_traced(placeholders, since: int | None = None) -> None:
     no later eager realization pulls them into its program (they have no values); with ``since``
     (the node sequence number at the trace's start), every tensor built during the trace too
     (its shapes may be symbolic, ``dynamic_dims``: an eager program cannot compute it)."""
-    from ..graph import split_ref
-
     dep = dict.fromkeys(placeholders, True)
 
     def depends(node) -> bool:
@@ -153,8 +131,6 @@ def forget_traced(placeholders, since: int | None = None) -> None:
 
 def make_placeholder(t: Tensor, k: int):
     """``(node, tensor)``: a pending tensor standing for argument ``k`` (shape/dtype of ``t``)."""
-    import weakref
-
     node = Node(compile_input_p, (t.shape, t.dtype, k), (), 1, None)
     impl = TensorImpl(node, None, t.shape, t.dtype)
     node.outs = (weakref.ref(impl),)

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..context import CTX, note_pending
 from ..graph import SCALAR_TYPES, Const, Node, Trace, end_trace, seq_of, split_ref
+from ..ops.creation import full
 from ..primitive import primitive
 from ..tensor import Tensor, TensorImpl, impl_from_array
 
@@ -245,8 +246,6 @@ def tensor_of(inp, node: Node, memo: dict, k: int):
     if t in SCALAR_TYPES:
         return inp
     if t is Const:
-        from ..ops.creation import full
-
         return full((), inp.value, inp.dtype)
     r = split_ref(inp)
     if r is None:

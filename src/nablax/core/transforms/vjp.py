@@ -21,6 +21,7 @@ from ... import tree as _tree
 from ...errors import op_error
 from ..context import CTX
 from ..graph import end_trace, gc_paused, split_ref
+from ..ops.creation import ones_like, zeros
 from ..tensor import Tensor, TensorImpl
 from . import plan as _plan
 from .trace import (
@@ -227,8 +228,6 @@ def _cotangents(per_arg, grads: dict, single: bool, api: str = "vjp", f=None):
             if g is not None:
                 check_readable(api, f, f"the cotangent of differentiated argument {a}", g)
             else:
-                from ..ops.creation import zeros
-
                 shape = leaf.shape if hasattr(leaf, "shape") else ()
                 dt = leaf.dtype if isinstance(leaf, Tensor) else Tensor(leaf).dtype
                 g = zeros(shape, dt)
@@ -319,8 +318,6 @@ def _value_and_grad_impl(api, f, argnums, has_aux, args, kwargs):
                     f"nx.{api}: {_fname(f)} returned a {out.dtype} scalar; differentiate a float "
                     f"output"
                 )
-            from ..ops.creation import ones_like
-
             markers = dict.fromkeys(n for _, nodes, _ in per_arg for n in nodes if n is not None)
             grads = backward_pass([(out, ones_like(out))], markers, trace, vmap_depth())
             g = _cotangents(per_arg, grads, single, api, f)
@@ -396,8 +393,6 @@ def requires_grad_(self: Tensor, requires_grad: bool = True) -> Tensor:
 
 def _backward(self: Tensor, gradient=None) -> None:
     """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every ``requires_grad`` leaf it uses."""
-    from ..ops.creation import ones_like
-
     if gradient is None:
         if self.shape != ():
             raise RuntimeError(

@@ -35,6 +35,8 @@ from ... import tree as _tree
 from ...errors import op_error
 from ..context import CTX
 from ..graph import src_node
+from ..ops.reduce import sum as _sum
+from ..ops.shape import broadcast_to, expand_dims, moveaxis
 from ..primitive import primitive
 from ..tensor import Tensor, make_outputs
 
@@ -92,17 +94,7 @@ def decr_batch_dims(t: Tensor) -> Tensor:
 
 def move_axis_to_batch_dims(t: Tensor, axis: int) -> Tensor:
     """Logical ``axis`` of ``t`` as a new innermost batch axis."""
-    from ..ops.shape import moveaxis
-
     return incr_batch_dims(moveaxis(t, axis, 0) if axis else t)
-
-
-def move_axis_from_batch_dims(t: Tensor, axis: int) -> Tensor:
-    """The innermost batch axis of ``t`` as logical ``axis``."""
-    from ..ops.shape import moveaxis
-
-    t = decr_batch_dims(t)
-    return moveaxis(t, 0, axis) if axis else t
 
 
 def pad_levels(t: Tensor, n: int) -> Tensor:
@@ -123,8 +115,6 @@ def sum_to_batch(ct: Tensor, bshape: tuple, fwd_bshape: tuple, depth: int) -> Te
     on a gradient could never be read); levels where the input has size 1 are summed to size 1.
     A cotangent's levels past the forward output's are cotangent-only (``vmap`` of a ``vjp``
     function, as in ``jacrev``): they stay, right after the input's own levels."""
-    from ..ops.reduce import sum as _sum
-
     cb = ct._impl.batch_shape
     nb, nx, top = len(cb), len(bshape), min(len(cb), len(fwd_bshape))
     drop = list(range(max(nx, depth), top))
@@ -168,8 +158,6 @@ def vmap_depth() -> int:
 def _insert_level(t: Tensor, level: int) -> Tensor:
     """``t`` with its logical axis 0 as batch level ``level``; its levels from ``level`` on move
     one inwards (``incr_batch_dims`` when ``t`` has exactly ``level`` levels)."""
-    from ..ops.shape import moveaxis
-
     k = t._impl.batch_dims - level
     if k <= 0:
         return incr_batch_dims(pad_levels(t, level))
@@ -184,8 +172,6 @@ def _insert_level(t: Tensor, level: int) -> Tensor:
 def _extract_level(t: Tensor, level: int) -> Tensor:
     """``t``'s batch level ``level`` as logical axis 0; its later levels move one outwards (the
     inverse of :func:`_insert_level`)."""
-    from ..ops.shape import moveaxis
-
     t = pad_levels(t, level + 1)
     k = t._impl.batch_dims - level - 1
     if k == 0:
@@ -200,8 +186,6 @@ def _extract_level(t: Tensor, level: int) -> Tensor:
 
 def _fit_axis0(t: Tensor, size: int) -> Tensor:
     """A size-1 (same for every example) axis 0 broadcast to the primal's ``size``."""
-    from ..ops.shape import broadcast_to
-
     return t if t.shape[0] == size else broadcast_to(t, (size,) + t.shape[1:])
 
 
@@ -363,8 +347,6 @@ def _entry(args, in_axes, axis_size, f):
 
 
 def _exit_leaf(t, path: str, ax, size: int, level: int, f):
-    from ..ops.shape import broadcast_to, expand_dims
-
     if not isinstance(t, Tensor):
         raise TypeError(
             f"nx.vmap: {_fname(f)} returned a {type(t).__name__} at {path}; vmapped functions "
@@ -393,8 +375,6 @@ def _exit_leaf(t, path: str, ax, size: int, level: int, f):
     if t.shape[0] != size:  # a size-1 (broadcast) batch axis
         t = broadcast_to(t, (size,) + t.shape[1:])
     if ax:
-        from ..ops.shape import moveaxis
-
         t = moveaxis(t, 0, ax)
     return t
 
