@@ -6,7 +6,8 @@
 58.0
 """
 
-from . import errors, tree
+from . import _caches, errors, tree
+from ._caches import CacheReport, CacheStats
 from ._config import config
 from .core import realize as _realize_mod
 from .core.dtypes import (
@@ -150,7 +151,7 @@ from .core.ops.shape import (
     unbind,
     unsqueeze,
 )
-from .core.realize import CacheInfo, cache_info
+from .core.realize import CacheInfo
 from .core.sharding import DeviceMesh, DimSpec, ShardingSpec, devices
 from .core.tensor import Tensor, realize
 from .core.transforms.compile import compile  # noqa: A004 - the public name is nx.compile
@@ -164,23 +165,37 @@ from .core.transforms.vmap import vmap
 __version__ = "0.1.0"
 
 
+def cache_info() -> CacheReport:
+    """Counters of every in-memory cache nablax keeps: a ``dict`` ``{name: nx.CacheStats}``
+    (``"realize.executables"``, ``"autodiff.plans"``, ``"compile.executables"`` — the
+    executables of every live ``nx.compile`` function, summed — and, once those layers are in
+    use, ``"kernels.executor"`` and ``"xcs.classifier"``). Its attributes are the realization
+    cache's ``nx.CacheInfo`` fields (``compiles``, ``hits``, ``executables``, ...).
+
+    >>> import nablax as nx
+    >>> nx.clear_caches()
+    >>> for _ in range(3):
+    ...     y = (nx.ones(4) * 2 + 1).sum().item()
+    >>> info = nx.cache_info()
+    >>> (info.compiles, info.hits), info["realize.executables"].size
+    ((1, 2), 1)
+    """
+    return CacheReport(_caches.infos(), _realize_mod.cache_info())
+
+
 def clear_caches() -> None:
-    """Drop every in-memory cache nablax keeps (compiled graph structures, recorded backward
-    passes, the default kernel executor's configs and compiled kernel calls, the xcs
-    classifier's results) and reset their
-    counters. The persistent kernel database is kept: ``nablax cache clear`` empties it."""
-    import sys
+    """Drop every in-memory cache nablax keeps (every cache ``nx.cache_info()`` lists: compiled
+    graph structures, recorded backward passes, the executables of every ``nx.compile``
+    function, the default kernel executor's configs and compiled kernel calls, the xcs
+    classifier's results) and reset their counters. The persistent kernel database is kept:
+    ``nablax cache clear`` empties it.
 
-    from .core.transforms import plan
-
-    _realize_mod.clear_cache()
-    plan.clear_plans()
-    executor = sys.modules.get("nablax.kernels.executor")
-    if executor is not None:  # only when the kernel layer is in use
-        executor.clear_default_caches()
-    analysis = sys.modules.get("nablax.xcs.analysis")
-    if analysis is not None:  # the xcs classifier's cache
-        analysis.clear_cache()
+    >>> import nablax as nx
+    >>> nx.clear_caches()
+    >>> nx.cache_info()["realize.executables"].size
+    0
+    """
+    _caches.clear_all()
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
-from .. import _config
+from .. import _caches, _config
 from ..errors import ConcretizationError
 from .context import CTX, reset_prune_threshold
 from .graph import (
@@ -86,6 +86,17 @@ def clear_cache() -> None:
     with _S.lock:
         _S.cache.clear()
         _S.compiles = _S.hits = _S.realizations = _S.evictions = 0
+
+
+def _stats() -> _caches.CacheStats:
+    """The realization cache in ``nx.cache_info()``'s terms (a miss is an XLA compilation)."""
+    limit = _config.get("executable_cache_size")
+    return _caches.CacheStats(
+        "realize.executables", _S.hits, _S.compiles, len(_S.cache), limit, _S.evictions
+    )
+
+
+_caches.register("realize.executables", _stats, clear_cache)
 
 
 def epoch() -> int:

@@ -55,7 +55,7 @@ import jax
 import numpy as np
 from jax.core import Tracer
 
-from .. import _config
+from .. import _caches, _config
 from ._call import CallSpec, stamp_mode
 from .invocation import Invocation, _is_array, array_desc
 from .kernel import Kernel
@@ -407,3 +407,13 @@ def clear_default_caches() -> None:
     ex = _default
     if ex is not None:
         ex.clear()
+
+
+def _default_stats() -> _caches.CacheStats:
+    """The default executor's memoized calls (``nx.cache_info()``; hits/misses are not counted)."""
+    ex = _default
+    size = 0 if ex is None else len(ex._memo) + len(ex._specs)
+    return _caches.CacheStats("kernels.executor", None, None, size, 2 * _MEMO_SIZE, None)
+
+
+_caches.register("kernels.executor", _default_stats, clear_default_caches)

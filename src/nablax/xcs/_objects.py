@@ -14,6 +14,7 @@ import sysconfig
 import types
 from typing import Any
 
+from .. import _caches
 from . import _rules
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
@@ -67,10 +68,15 @@ def rule_for(obj: Any, path: str | None) -> _rules.Rule | None:
     return rule
 
 
-@functools.lru_cache(maxsize=1024)
+_module_files = _caches.Cache("xcs.module_files", 1024)
+
+
 def _module_file(module: str) -> str | None:
-    file = getattr(sys.modules.get(module), "__file__", None)
-    return os.path.realpath(file) if file else None
+    def find():
+        file = getattr(sys.modules.get(module), "__file__", None)
+        return os.path.realpath(file) if file else None
+
+    return _module_files.get_or_make(module, find)
 
 
 def code_rule(func: types.FunctionType) -> tuple[str, _rules.Rule | None]:

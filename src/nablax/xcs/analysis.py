@@ -54,12 +54,12 @@ from __future__ import annotations
 
 import functools
 import itertools
-import threading
 import types
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _caches
 from . import _effects, _objects, _resolve, _rules, _source
 from ._resolve import MISSING, Analysis, Context, Evidence, FunctionAnalyzer, Unbound
 from ._target import definitions, format_table
@@ -273,16 +273,12 @@ def _store(func: Any, key: Any, analysis: Analysis) -> _Entry:
     else:
         refs = (_ref(func),)
     entry = _Entry(refs, _fingerprint(func), analysis)
-    with _LOCK:  # lookups stay lock-free; eviction must not race another thread's insert
-        if len(_CACHE) >= _MAX_ENTRIES:
-            for old in list(itertools.islice(_CACHE, _MAX_ENTRIES // 4)):  # oldest first
-                _CACHE.pop(old, None)
-        _CACHE[key] = entry
+    _CACHE.put(key, entry)  # a bounded LRU (thread-safe)
     return entry
 
 
-_CACHE: dict[Any, _Entry] = {}
-_LOCK = threading.Lock()
+_CACHE = _caches.Cache("xcs.classifier", _MAX_ENTRIES, register=False)
+_caches.register("xcs.classifier", _CACHE.info, clear_cache)
 
 
 def _classify_slow(func: Any, key: Any) -> tuple[Classification, OperationSummary]:

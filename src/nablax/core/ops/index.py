@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import _caches
 from ...errors import ShapeError, op_error
 from .. import dtypes
 from ..primitive import primitive
@@ -57,7 +58,7 @@ def _rebuild(structure, idx_values):
     return tuple(out)
 
 
-_shape_cache: dict = {}
+_shape_cache = _caches.Cache("ops.getitem_shapes", 4096)
 
 
 def _gather_shape(x_shape, structure, idx_avals) -> tuple:
@@ -65,8 +66,8 @@ def _gather_shape(x_shape, structure, idx_avals) -> tuple:
     r = _shape_cache.get(key)
     if r is None:
         r = _gather_shape_uncached(x_shape, structure, idx_avals)
-        if len(_shape_cache) < 4096 and is_concrete(key):
-            _shape_cache[key] = r
+        if is_concrete(key):
+            _shape_cache.put(key, r)
     return r
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from ... import _caches
 from ...errors import DTypeError, ShapeError, op_error
 from .. import dtypes
 from ..primitive import primitive
@@ -21,7 +22,7 @@ from ._util import broadcast_shapes, is_concrete
 from .elementwise import multiply
 from .shape import broadcast_in_dim_p, reshape
 
-_shape_cache: dict = {}
+_shape_cache = _caches.Cache("ops.einsum_shapes", 4096)
 
 
 def _einsum_aval(params, *avals):
@@ -38,8 +39,8 @@ def _einsum_aval(params, *avals):
                 ShapeError, "einsum", f"{spec!r} does not fit shapes {shapes}: {e}"
             ) from None
         r = ((tuple(out.shape), dt),)
-        if len(_shape_cache) < 4096 and is_concrete(key):
-            _shape_cache[key] = r
+        if is_concrete(key):
+            _shape_cache.put(key, r)
     return r
 
 
@@ -165,23 +166,21 @@ _install_methods()
 # cotangent as broadcasting requires).
 
 _LABELS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_parse_cache: dict = {}
+_parse_cache = _caches.Cache("ops.einsum_specs", 4096)
 _derived_vjp = None  # JAX-derived rule for specs the native rule does not cover (diagonals)
 
 
 def _explicit(spec: str, shapes) -> tuple | None:
     """``(operand labels, output labels)`` for ``spec`` on ``shapes``, or None when an operand
     repeats a label (a diagonal) or labels run out."""
-    key = (spec, shapes)
-    if key not in _parse_cache:
+
+    def parse():
         try:
-            r = _explicit_uncached(spec, shapes)
+            return _explicit_uncached(spec, shapes)
         except StopIteration:
-            r = None
-        if len(_parse_cache) < 4096:
-            _parse_cache[key] = r
-        return r
-    return _parse_cache[key]
+            return None
+
+    return _parse_cache.get_or_make((spec, shapes), parse)
 
 
 def _explicit_uncached(spec: str, shapes) -> tuple | None:

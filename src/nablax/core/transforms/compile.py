@@ -62,7 +62,6 @@ import inspect
 import threading
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -73,6 +72,7 @@ from ...errors import GraphBreakError
 from ..context import CTX
 from ..graph import src_node
 from ..tensor import Tensor, TensorImpl
+from .compile_info import LIVE, CacheInfo
 from .scalars import (
     RetraceWatch,
     ScalarArg,
@@ -102,24 +102,6 @@ from .staging import (
 )
 
 _PY_NUMBERS = (int, float, bool, complex)
-
-
-@dataclass(frozen=True)
-class CacheInfo:
-    """Counters of one compiled function's cache (``f.cache_info()``).
-
-    ``hits``/``misses``: calls served by a stored signature / that had to trace (one per call).
-    ``traces``: runs of the Python function to record it; a ``dynamic_dims`` signature found to
-    depend on the sizes costs its abandoned symbolic trace plus one trace per size. ``executables``:
-    compiled programs (one per concrete size behind a symbolic trace). ``size``: stored signatures.
-    """
-
-    hits: int
-    misses: int
-    traces: int
-    executables: int
-    evictions: int
-    size: int
 
 
 class _Entry:
@@ -190,17 +172,22 @@ class Compiled:
         self._lock = threading.Lock()  # cache bookkeeping, for calls from several threads
         self._hits = self._misses = self._traces = self._evictions = 0
         self._watch = RetraceWatch(self.__qualname__, self._sig)
+        LIVE.add(self)
 
     # ---- public -------------------------------------------------------------------------------
     def cache_info(self) -> CacheInfo:
-        execs = sum(
-            len(e.sizes) if e.sizes is not None else 1 for e in self._cache.values() if not e.eager
-        )
+        with self._lock:  # nx.cache_info() may ask from another thread
+            entries = list(self._cache.values())
+        execs = sum(len(e.sizes) if e.sizes is not None else 1 for e in entries if not e.eager)
         return CacheInfo(
             self._hits, self._misses, self._traces, execs, self._evictions, len(self._cache)
         )
 
     def clear_cache(self) -> None:
+        with self._lock:
+            self._clear_cache()
+
+    def _clear_cache(self) -> None:
         self._cache.clear()
         self._fast.clear()
         self._per_size.clear()

@@ -24,11 +24,10 @@ gradients against recorded ones for every primitive.
 
 from __future__ import annotations
 
-import collections
 import threading
 import weakref
 
-from ... import _config
+from ... import _caches, _config
 from ..context import note_pending
 from ..graph import SCALAR_TYPES, Const, Node, seq_of
 from ..realize import realize_impls
@@ -40,7 +39,7 @@ _MAX_PLANS = 256
 
 class _State:
     def __init__(self) -> None:
-        self.plans: collections.OrderedDict = collections.OrderedDict()
+        self.plans = _caches.Cache("autodiff.plans", lambda: _MAX_PLANS, register=False)
         self.hits = 0
         self.recordings = 0
         self.lock = threading.Lock()  # the LRU is shared by every thread's transforms
@@ -69,6 +68,9 @@ def clear_plans() -> None:
     with _S.lock:
         _S.plans.clear()
         _S.hits = _S.recordings = 0
+
+
+_caches.register("autodiff.plans", _S.plans.info, clear_plans)
 
 
 class _Lit:
@@ -193,10 +195,7 @@ def signature(order, markers, seeds, trace, depth: int = 0):
 def lookup(key):
     """The plan recorded for ``key``; ``_UNPLANNABLE`` if recording failed; ``None`` if unseen."""
     with _S.lock:
-        plan = _S.plans.get(key)
-        if plan is not None:
-            _S.plans.move_to_end(key)
-        return plan
+        return _S.plans.get(key)
 
 
 def is_plan(plan) -> bool:
@@ -218,9 +217,7 @@ def record(key, frame: Frame, markers, result: dict) -> None:
     plan = _record(frame, markers, result)
     with _S.lock:
         _S.recordings += 1
-        _S.plans[key] = plan if plan is not None else _UNPLANNABLE
-        while len(_S.plans) > _MAX_PLANS:
-            _S.plans.popitem(last=False)
+        _S.plans.put(key, plan if plan is not None else _UNPLANNABLE)
 
 
 def _record(fr: Frame, markers, result: dict):

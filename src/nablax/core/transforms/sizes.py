@@ -57,7 +57,7 @@ class SizeDependentError(_Inconclusive):  # type: ignore[misc,valid-type]
 
 
 def _kind(frame) -> int:
-    """0: nablax.core or JAX code (JAX's semantics); 1: NumPy (look at its caller); 2: user."""
+    """0: nablax.core (and its caches) or JAX code (JAX's semantics); 1: NumPy (look at its caller); 2: user."""
     name = frame.f_globals.get("__name__")
     name = name if isinstance(name, str) else ""
     top = name.partition(".")[0]
@@ -66,6 +66,8 @@ def _kind(frame) -> int:
     if frame.f_code.co_filename.startswith("<doctest"):  # doctests run in a module's namespace
         return 2
     if top in ("jax", "jaxlib") or name == "nablax.core" or name.startswith("nablax.core."):
+        return 0
+    if name == "nablax._caches":  # the caches nablax.core keys by shapes
         return 0
     return 2
 

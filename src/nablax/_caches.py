@@ -1,0 +1,185 @@
+"""One bounded, thread-safe LRU :class:`Cache` type, and the registry behind ``nx.cache_info()``
+and ``nx.clear_caches()``.
+
+Every in-memory cache nablax keeps is registered here by a unique name: either a :class:`Cache`
+(registered when it is constructed) or, for a cache with bookkeeping of its own (the realization
+cache, the executables of every ``nx.compile`` function, the kernel executor), a pair of
+``info``/``clear`` functions given to :func:`register`. :func:`infos` reports them all and
+:func:`clear_all` empties them all. This module sits in the base layer (no nablax imports), so
+the kernel layer and the core can both use it.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Counters of one registered cache: ``hits``/``misses`` (lookups that found / did not find
+    an entry), ``size`` (entries held), ``maxsize`` (the bound; ``None`` when unbounded) and
+    ``evictions`` (entries dropped to stay within the bound). A counter a cache does not keep is
+    ``None``."""
+
+    name: str
+    hits: int | None
+    misses: int | None
+    size: int
+    maxsize: int | None
+    evictions: int | None
+
+
+_registry: dict[str, tuple[Callable[[], CacheStats], Callable[[], None]]] = {}
+_registry_lock = threading.Lock()
+
+
+def register(name: str, info: Callable[[], CacheStats], clear: Callable[[], None]) -> None:
+    """Register a cache under ``name``: ``info()`` returns its :class:`CacheStats`, ``clear()``
+    empties it and resets its counters. Names are unique (``ValueError`` otherwise)."""
+    with _registry_lock:
+        if name in _registry:
+            raise ValueError(
+                f"nablax cache registry: a cache named {name!r} is already registered. "
+                "Fix: give each cache a unique name."
+            )
+        _registry[name] = (info, clear)
+
+
+_register = register  # for Cache.__init__, whose ``register`` flag hides the function
+
+
+def infos() -> dict[str, CacheStats]:
+    """``{name: CacheStats}`` of every registered cache, in registration order."""
+    with _registry_lock:
+        items = list(_registry.items())
+    return {name: info() for name, (info, _) in items}
+
+
+def clear_all() -> None:
+    """Empty every registered cache and reset its counters."""
+    with _registry_lock:
+        clears = [clear for _, clear in _registry.values()]
+    for clear in clears:
+        clear()
+
+
+class Cache:
+    """A bounded, thread-safe LRU mapping with hit/miss/eviction counters, registered by name.
+
+    ``maxsize`` is an int, a function returning one (read at every insertion, for bounds that
+    follow an option), or ``None`` for an unbounded cache.
+
+    >>> c = Cache("doc.example", maxsize=2, register=False)
+    >>> c.put("a", 1); c.put("b", 2); c.get("a"); c.put("c", 3)
+    1
+    >>> c.get("b") is None, c.get_or_make("a", lambda: 0), c.info().evictions
+    (True, 1, 1)
+    """
+
+    def __init__(
+        self,
+        name: str,
+        maxsize: int | Callable[[], int] | None,
+        *,
+        register: bool = True,
+    ) -> None:
+        self.name = name
+        self._maxsize = maxsize
+        self._data: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.RLock()
+        self.hits = self.misses = self.evictions = 0
+        if register:
+            _register(name, self.info, self.clear)
+
+    @property
+    def maxsize(self) -> int | None:
+        m = self._maxsize
+        return m() if callable(m) else m
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._data
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        """The value stored for ``key`` (marked most recently used), else ``default``."""
+        with self._lock:
+            value = self._data.get(key, _MISSING)
+            if value is _MISSING:
+                self.misses += 1
+                return default
+            self._data.move_to_end(key)
+            self.hits += 1
+            return value
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Store ``value`` for ``key``, evicting the least recently used entries over the bound."""
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            self._trim()
+
+    def get_or_make(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        """The value for ``key``, computing and storing ``make()`` on a miss (under the lock, so
+        concurrent callers make it once)."""
+        with self._lock:
+            value = self._data.get(key, _MISSING)
+            if value is not _MISSING:
+                self._data.move_to_end(key)
+                self.hits += 1
+                return value
+            self.misses += 1
+            value = make()
+            self._data[key] = value
+            self._trim()
+            return value
+
+    def values(self) -> list:
+        with self._lock:
+            return list(self._data.values())
+
+    def _trim(self) -> None:
+        limit = self.maxsize
+        if limit is None:
+            return
+        while len(self._data) > limit:
+            self._data.popitem(last=False)
+            self.evictions += 1
+
+    def clear(self) -> None:
+        """Drop every entry and reset the counters."""
+        with self._lock:
+            self._data.clear()
+            self.hits = self.misses = self.evictions = 0
+
+    def info(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(
+                self.name, self.hits, self.misses, len(self._data), self.maxsize, self.evictions
+            )
+
+
+class CacheReport(dict):
+    """``nx.cache_info()``'s answer: a ``dict`` of ``{name: CacheStats}`` over every registered
+    cache, whose attributes are also those of ``summary`` (the realization cache's
+    ``nx.CacheInfo``: ``compiles``, ``hits``, ``executables``, ``realizations``, ``evictions``),
+    so code written when ``nx.cache_info()`` returned only that keeps working."""
+
+    def __init__(self, stats: dict[str, CacheStats], summary: Any) -> None:
+        super().__init__(stats)
+        self.summary = summary
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "summary":  # not set yet (unpickling): no recursion
+            raise AttributeError(attr)
+        return getattr(self.summary, attr)
+
+    def __repr__(self) -> str:
+        return f"{self.summary!r} {{{', '.join(f'{k!r}: {v!r}' for k, v in self.items())}}}"
