@@ -32,11 +32,8 @@ its best (compare the best blocks, or pass ``--torch-threads 1``).
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import itertools
 import json
-import pstats
 import statistics
 import sys
 import time
@@ -48,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import nablax as nx
-from _common import environment, load_warning, med_best, threads, time_blocks, verdict
+from _common import environment, load_warning, med_best, profile, threads, time_blocks, verdict
 from _common import fmt as _fmt
 
 try:  # PyTorch is optional: `pip install -e ".[bench]"`
@@ -268,16 +265,12 @@ def profile_chain(n: int, top: int = 20) -> str:
     nxc = NablaxChain(np.ones((4, 4), np.float32))
     for _ in range(3):
         nxc.step()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(n):
-        nxc.step()
-    prof.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats("tottime").print_stats(top)
-    stats.sort_stats("cumulative").print_stats(top)
-    return out.getvalue()
+
+    def run() -> None:
+        for _ in range(n):
+            nxc.step()
+
+    return profile(run, top)
 
 
 # ---- report ----------------------------------------------------------------------------------

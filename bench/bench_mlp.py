@@ -43,9 +43,6 @@ Target: the eager nablax step <= 1.2x ``jax.jit`` (median over blocks).
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
-import pstats
 import statistics
 import sys
 import time
@@ -56,7 +53,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import nablax as nx
-from _common import environment, load_warning, med_best, threads, time_blocks, verdict
+from _common import environment, load_warning, med_best, profile, threads, time_blocks, verdict
 from _common import fmt as _fmt
 
 try:  # PyTorch is optional: `pip install -e ".[bench]"`
@@ -344,17 +341,13 @@ def profile_nablax(steps: int, top: int = 25) -> str:
     for _ in range(3):
         r.step()
     r.sync()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(steps):
-        r.step()
-    r.sync()
-    prof.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats("tottime").print_stats(top)
-    stats.sort_stats("cumulative").print_stats(top)
-    return out.getvalue()
+
+    def run() -> None:
+        for _ in range(steps):
+            r.step()
+        r.sync()
+
+    return profile(run, top)
 
 
 # ---- report ----------------------------------------------------------------------------------
