@@ -16,7 +16,7 @@ import pytest
 import nablax
 import nablax as nx
 from nablax import _config
-from nablax._config import ConfigError, UnknownOptionError
+from nablax.errors import ConfigError, UnknownOptionError
 from nablax.errors import NablaxError
 
 # the options of src/nablax/_config.py (others may be added: NAMES comes from the registry)
@@ -114,7 +114,7 @@ def test_a_bad_variable_fails_the_import_naming_it_and_the_accepted_values():
     )
     assert r.returncode != 0
     err = r.stderr.strip().splitlines()[-1]
-    assert err.startswith("nablax._config.ConfigError: import nablax: bad environment variables")
+    assert err.startswith("nablax.errors.ConfigError: import nablax: bad environment variables")
     assert "NABLAX_EXECUTABLE_CACHE_SIZE='lots' (option 'executable_cache_size')" in err
     assert "an integer >= 0" in err
     assert "NABLAX_AUTOTUNE='maybe' (option 'autotune')" in err

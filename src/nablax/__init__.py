@@ -6,7 +6,7 @@
 58.0
 """
 
-from . import _caches, errors, tree
+from . import _caches, errors, random, tree
 from ._caches import CacheReport, CacheStats
 from ._config import config
 from .core import realize as _realize_mod
@@ -22,7 +22,6 @@ from .core.dtypes import (
     uint8,
     uint32,
 )
-from .core.ops import random
 from .core.ops.creation import (
     arange,
     asarray,
@@ -198,4 +197,8 @@ def clear_caches() -> None:
     _caches.clear_all()
 
 
-__all__ = [n for n in dir() if not n.startswith("_")]
+# Public names: everything imported above except the implementation packages (``core``: the
+# internals; ``kernels``/``xcs`` are public subpackages, imported on use: ``from nablax import xcs``).
+__all__ = sorted(
+    n for n in dir() if not n.startswith("_") and n not in ("annotations", "core", "kernels")
+) + ["kernels", "xcs"]

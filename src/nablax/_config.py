@@ -32,20 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import NablaxError
-
-
-class ConfigError(NablaxError, ValueError):
-    """An option was given a value it does not accept (wrong type, out of range, or an
-    unparsable ``NABLAX_*`` environment variable). The message names the option, its variable and
-    the accepted values."""
-
-
-class UnknownOptionError(NablaxError, KeyError, AttributeError):
-    """No option has this name. The message lists close matches and every option."""
-
-    def __str__(self) -> str:  # KeyError's str() would quote the whole message
-        return str(self.args[0]) if self.args else ""
+from .errors import ConfigError, UnknownOptionError
 
 
 @dataclass(frozen=True)
@@ -421,7 +408,7 @@ class Config:
         >>> nx.config.update("executable_cache_size", "big")
         Traceback (most recent call last):
         ...
-        nablax._config.ConfigError: nx.config.update: option 'executable_cache_size' (variable NABLAX_EXECUTABLE_CACHE_SIZE) must be an integer >= 0; got str 'big'. ...
+        nablax.errors.ConfigError: nx.config.update: option 'executable_cache_size' (variable NABLAX_EXECUTABLE_CACHE_SIZE) must be an integer >= 0; got str 'big'. ...
         >>> nx.config.reload()  # back to the NABLAX_* variables and defaults
         >>> nx.config.executable_cache_size
         4096

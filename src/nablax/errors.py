@@ -50,5 +50,18 @@ def op_error(cls: type[Exception], op: str, problem: str, fix: str | None = None
     return cls(msg)
 
 
+class ConfigError(NablaxError, ValueError):
+    """An option was given a value it does not accept (wrong type, out of range, or an
+    unparsable ``NABLAX_*`` environment variable). The message names the option, its variable and
+    the accepted values."""
+
+
+class UnknownOptionError(NablaxError, KeyError, AttributeError):
+    """No option has this name. The message lists close matches and every option."""
+
+    def __str__(self) -> str:  # KeyError's str() would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
 class XCSError(NablaxError, RuntimeError):
     """An ``nablax.xcs`` transform cannot apply to a function (e.g. ``grad`` of orchestration)."""

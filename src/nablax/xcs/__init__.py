@@ -27,6 +27,7 @@ pmap, grad), ``stacking.py`` (per-item results), ``hybrid.py`` (orchestration ca
 
 from ..errors import XCSError
 from .analysis import Classification, OperationSummary, analyze_operations, classify
+from .engine import Plan, PlanNode, Stats
 from .jit import jit
 from .markers import mark_hybrid, mark_orchestration, mark_pytree_safe, mark_tensor
 from .runtime import has_tensor_values, is_tensor_value
@@ -35,6 +36,9 @@ from .transforms import grad, pmap, vmap
 __all__ = [
     "Classification",
     "OperationSummary",
+    "Plan",
+    "PlanNode",
+    "Stats",
     "XCSError",
     "analyze_operations",
     "classify",
