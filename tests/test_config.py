@@ -16,8 +16,7 @@ import pytest
 import nablax
 import nablax as nx
 from nablax import _config
-from nablax.errors import ConfigError, UnknownOptionError
-from nablax.errors import NablaxError
+from nablax.errors import ConfigError, NablaxError, UnknownOptionError
 
 # the options of src/nablax/_config.py (others may be added: NAMES comes from the registry)
 CORE_NAMES = ["max_graph_depth", "executable_cache_size", "async_rest_min_nodes", "backward_plans"]

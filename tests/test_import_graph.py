@@ -28,9 +28,16 @@ LAYERS = [
     ("kernels", ("nablax.kernels",)),
     (
         "core IR",
-        ("nablax.core.graph", "nablax.core.context", "nablax.core.primitive", "nablax.core.dtypes"),
+        (
+            "nablax.core.graph",
+            "nablax.core.context",
+            "nablax.core.primitive",
+            "nablax.core.dtypes",
+            "nablax.core.host",
+        ),
     ),
     ("core realize", ("nablax.core.realize",)),
+    ("core build", ("nablax.core.build",)),
     ("core tensor", ("nablax.core.tensor",)),
     ("core ops/transforms", ("nablax.core",)),
     ("xcs", ("nablax.xcs",)),

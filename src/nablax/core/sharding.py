@@ -52,11 +52,12 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import tensor as _tensor
+from .build import bind, impl_from_array
 from .graph import Node, split_ref, src_node, toposort
 from .ops import _rules
 from .ops._shard import fit
 from .primitive import primitive
-from .tensor import Tensor, bind, impl_from_array
+from .tensor import Tensor
 from .transforms.trace import input_aval, node_avals
 
 
@@ -261,9 +262,6 @@ def _shard(self: Tensor, mesh: DeviceMesh, dim_specs) -> Tensor:
         t = Tensor._wrap(bind(sharding_constraint_p, [impl], (spec,))[0])
     t._impl.sharding = spec
     return t
-
-
-Tensor.shard = _shard
 
 
 # ---- propagation of layouts through a graph --------------------------------------------------

@@ -1,388 +1,59 @@
-"""``Tensor`` (the user's object) and ``TensorImpl`` (its state).
+"""``Tensor``, the user's object: every public method and attribute, declared here.
 
-A ``TensorImpl`` is in one of two states:
+A ``Tensor`` is a thin facade over a ``TensorImpl`` (core/build.py: a pending node output or a
+realized ``jax.Array``), so that ``x[i] = v`` can rebind ``x`` to a new impl while tensors computed
+from ``x`` earlier keep the old one.
 
-- *pending*: ``src = (node, index)`` names the node output that will produce it, ``value is None``;
-- *realized*: ``value`` is a ``jax.Array`` and ``src is None``.
-
-``shape`` is the *logical* shape, the one the user sees. Under ``nx.vmap`` a tensor also has a
-``batch_shape``: its physical value has shape ``batch_shape + shape``, the leading ``batch_dims``
-axes being the batch axes of the enclosing vmaps, outermost first (see core/transforms/vmap.py). ``Tensor`` is a thin facade over an impl, so that
-``x[i] = v`` can rebind ``x`` to a new impl while tensors computed from ``x`` earlier keep the old one.
-
-This module also holds the node-building helpers every op uses (:func:`bind`, :func:`to_impl`) and
-``nx.realize``. It imports only the layers below it (graph, context, realize.py); what the layers
-above provide comes back through the ``Tensor`` methods they install (``astype``, ...) and the
-``_sharding_of`` hook core/sharding.py sets (see tests/test_import_graph.py).
+The methods are thin delegations to the op families (core/ops/*.py) and the autodiff transform
+(core/transforms/vjp.py). Those sit above this module and import it, so this module reaches them
+through module references that ``nablax/core/ops/__init__.py`` binds once at import
+(:func:`bind_method_modules`); a type checker sees them through the ``TYPE_CHECKING`` imports
+below. Also here: :func:`to_impl` (anything array-like as an impl) and ``nx.realize``.
 """
 
 from __future__ import annotations
 
-import weakref
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from .. import _config
-from ..errors import ConcretizationError, op_error
+from ..errors import ConcretizationError
 from . import dtypes
-from .context import note_pending
-from .graph import Const, Node, deeper, src_node
-from .primitive import Primitive
+from .build import TensorImpl, impl_from_array, value_impl
 from .realize import realize_impls
 
-_wref = weakref.ref
-
-
-class TensorImpl:
-    (
-        """State of one tensor: pending node output or realized ``jax.Array``.
-
-    ``src`` is the producing ``Node`` (single-output primitives) or ``(node, index)``. A realized
-    tensor whose node is still needed by a live differentiation trace keeps ``src`` as well as its
-    ``value``, so that ops built on it later stay connected to the trace.
-    """
-        ""
-    )
-
-    __slots__ = ("src", "value", "shape", "dtype", "batch_shape", "sharding", "__weakref__")
-
-    def __init__(self, src, value, shape: tuple, dtype, batch_shape: tuple = ()) -> None:
-        self.src = src
-        self.value = value
-        self.shape = shape  # logical
-        self.dtype = dtype
-        self.batch_shape = batch_shape  # vmap batch axes in front of ``shape`` (physically)
-        self.sharding = None
-
-    @property
-    def batch_dims(self) -> int:
-        return len(self.batch_shape)
-
-    @property
-    def ref(self):
-        """What a consuming node stores as its input: the value if realized, else ``(node, idx)``."""
-        return self.src if self.src is not None else self.value
-
-    @property
-    def depth(self) -> int:
-        return 0 if self.src is None else src_node(self.src).depth
-
-
-def impl_from_array(arr: jax.Array) -> TensorImpl:
-    """A realized impl around a ``jax.Array`` (shares the buffer)."""
-    if getattr(arr, "weak_type", False):
-        arr = jax.lax.convert_element_type(arr, arr.dtype)  # nablax tensors are strongly typed
-    return TensorImpl(None, arr, tuple(arr.shape), np.dtype(arr.dtype))
-
-
-def make_outputs(
-    prim, params: tuple, refs: tuple, depth: int, out_avals, trace=None, bdims=None
-) -> list[TensorImpl]:
-    """Create the node for one primitive call and one pending impl per output aval.
-
-    ``bdims``: ``(input batch dims, output batch shape)`` when an input is vmap-batched."""
-    node = Node(prim, params, refs, depth, trace)
-    if trace is not None:
-        node.avals = tuple(out_avals)
-    bshape = ()
-    if bdims is not None:
-        node.bdims = bdims
-        bshape = bdims[1]
-    if prim.multiple_results:
-        impls = [TensorImpl((node, i), None, s, d, bshape) for i, (s, d) in enumerate(out_avals)]
-    else:
-        ((s, d),) = out_avals
-        impls = [TensorImpl(node, None, s, d, bshape)]
-    node.outs = tuple(_wref(t) for t in impls)
-    for wr in node.outs:
-        note_pending(wr)
-    if not depth & 63 and depth > _config.get("max_graph_depth"):  # checked every 64 levels
-        realize_impls(impls)
-    return impls
-
-
-def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:
-    """Generic node builder: run the shape rule, then create the node and its outputs.
-
-    ``inputs`` are ``TensorImpl`` or :class:`Const` objects. Shape/dtype errors raise here, when the
-    op is built, not at realization.
-    """
-    avals = [(i.shape, i.dtype) for i in inputs]
-    out_avals = prim.abstract_eval(params, *avals)
-    refs = []
-    depth = 0
-    trace = None
-    batched = False
-    for i in inputs:
-        if type(i) is Const:
-            refs.append(i)
-            continue
-        if i.batch_shape:
-            batched = True
-        if i.src is None:
-            refs.append(i.value)
-        else:
-            refs.append(i.src)
-            n = src_node(i.src)
-            if n.depth > depth:
-                depth = n.depth
-            if n.trace is not None:
-                trace = deeper(trace, n.trace)
-    bdims = batch_info(prim.name, inputs) if batched else None
-    return make_outputs(prim, params, tuple(refs), depth + 1, out_avals, trace, bdims)
-
-
-def batch_info(op: str, inputs) -> tuple:
-    """``(batch dims of each input, output batch shape)`` of an op on vmap-batched inputs: batch
-    shapes are aligned at the front (outermost vmap first) and broadcast (size 1 stretches)."""
-    bds = []
-    out: list = []
-    for i in inputs:
-        b = () if type(i) is Const else i.batch_shape
-        bds.append(len(b))
-        for k, d in enumerate(b):
-            if k == len(out):
-                out.append(d)
-            elif out[k] != d and d != 1:
-                if out[k] != 1:
-                    raise op_error(
-                        ValueError,
-                        op,
-                        f"vmap batch axes of sizes {out[k]} and {d} at level {k} do not match",
-                    )
-                out[k] = d
-    return tuple(bds), tuple(out)
-
-
-_PY_SCALAR_TYPES = (bool, int, float, complex)
-_ACCEPTED = (
-    "pass Python numbers (bool, int, float, complex), nested lists/tuples of them, NumPy arrays "
-    "or scalars, objects with __array__ or the buffer protocol, a jax.Array or an nx.Tensor"
-)
-_ALIGN = 64  # the CPU client adopts host buffers aligned like this without copying them
-_ADOPT_BYTES = 1 << 17  # from this size on, one aligned host copy beats JAX's own copy path
+if TYPE_CHECKING:  # the modules the methods delegate to (they import this one)
+    from . import sharding as _sharding
+    from .ops import elementwise as _elementwise
+    from .ops import index as _index
+    from .ops import linalg as _linalg
+    from .ops import nn as _nn
+    from .ops import reduce as _reduce
+    from .ops import shape as _shape
+    from .sharding import DeviceMesh
+    from .transforms import vjp as _autodiff
+else:  # bound by bind_method_modules() when nablax.core.ops is imported
+    _elementwise = _index = _linalg = _nn = _reduce = _shape = _sharding = _autodiff = None
 
 
 def to_impl(x: Any, dtype=None, op: str = "tensor") -> TensorImpl:
-    """Any array-like (Tensor, jax/NumPy array, nested lists, scalars) as a ``TensorImpl``.
-
-    ``op`` names the public function in error messages (``nx.<op>: ...``). Host memory the user
-    still owns (NumPy arrays, ``__array__`` objects, buffers) is always copied, so a later write to
-    it never changes a tensor; a ``jax.Array`` (immutable) is shared. Host data converts exactly or
-    raises: integers that do not fit the target dtype raise ``OverflowError`` (also where JAX
-    would wrap an int64 array to int32), NaN to an integer dtype ``ValueError``, complex values
-    with an imaginary part to a real dtype and non-numeric data ``TypeError``. Floats follow
-    NumPy/JAX (rounded; too large for the dtype: ``inf``). A ``jax.Array`` or Tensor with another
-    ``dtype`` is cast on the device, like ``astype``.
+    """Any array-like (Tensor, jax/NumPy array, nested lists, scalars) as a ``TensorImpl``;
+    ``op`` names the public function in error messages. A Tensor or ``jax.Array`` is shared (cast
+    on the device if ``dtype`` differs); host data is copied and converted exactly (core/host.py).
     """
     if type(x) is Tensor and dtype is None:
         return x._impl
     if isinstance(x, Tensor):
         return _cast(x._impl, dtype)
-    if isinstance(x, jax.Array):
-        if dtype is None:
-            return impl_from_array(x)
-        return impl_from_array(jnp.asarray(x, dtype=dtypes.canonicalize(dtype)))
-    if type(x) in _PY_SCALAR_TYPES:
-        dt = dtypes.scalar_dtype(x) if dtype is None else dtypes.canonicalize(dtype)
-        try:
-            return impl_from_array(jnp.asarray(x, dtype=dt))
-        except (OverflowError, ValueError, TypeError) as e:  # e.g. an int too large for int32
-            raise _inexact(type(e), op, repr(x), dt, str(e)) from None
-    if jax.export.is_symbolic_dim(x):  # a symbolic size (nx.compile with dynamic_dims)
-        return dimension_value(x, dtype)
-    a = _host_array(x, None if dtype is None else dtypes.canonicalize(dtype), op)
-    # ``a`` is ours alone: large ones are 64-byte aligned, and the CPU client adopts them as is
-    arr = jnp.asarray(a, dtype=a.dtype) if a.nbytes >= _ADOPT_BYTES else jnp.asarray(a)
-    return impl_from_array(arr)
+    return value_impl(x, dtype, op)
 
 
 def _cast(impl: TensorImpl, dtype) -> TensorImpl:
     if dtype is None or impl.dtype == dtypes.canonicalize(dtype):
         return impl
     return Tensor._wrap(impl).astype(dtype)._impl  # the method core/ops/elementwise.py installs
-
-
-def _dimension_lower(params):
-    return jnp.asarray(params[0], dtype=params[1])
-
-
-# A symbolic size used as a value (``x.sum() / x.shape[0]`` with ``dynamic_dims``): lowered with
-# JAX's shape polymorphism. It exists only inside ``nx.compile`` traces (core/transforms/staging.py).
-dimension_p = Primitive(
-    "dimension_value",
-    lambda params: (((), params[1]),),
-    _dimension_lower,
-    differentiable=False,
-    doc="The value of a symbolic dimension size (nx.compile dynamic_dims).",
-)
-dimension_p.jvp = lambda params, tangents, primals, outs: [None]
-dimension_p.vjp = lambda params, cts, primals, outs: []
-dimension_p.shard = lambda params, lays, ins, outs: ((),)
-
-
-def dimension_value(d, dtype=None) -> TensorImpl:
-    """A 0-d tensor holding the symbolic size ``d`` (int32 unless ``dtype`` says otherwise)."""
-    dt = dtypes.canonicalize(dtype) if dtype is not None else np.dtype(np.int32)
-    node = Node(dimension_p, (d, dt), (), 1, None)
-    impl = TensorImpl(node, None, (), dt)
-    node.outs = (_wref(impl),)
-    return impl
-
-
-def _not_numeric(x: Any, op: str, detail: str = "") -> TypeError:
-    what = f"{type(x).__name__} {x!r}"
-    what = what if len(what) <= 60 else what[:57] + "..."
-    return op_error(TypeError, op, f"cannot make a tensor from {what}{detail}", _ACCEPTED)
-
-
-def _inexact(cls, op: str, value: str, dt, why: str):
-    return op_error(
-        cls,
-        op,
-        f"{value} cannot be converted to {dt} exactly ({why})",
-        "pass a dtype that holds the values (e.g. dtype=nx.float32), or cast the NumPy data "
-        "yourself first if wrapping/truncation is what you want",
-    )
-
-
-def _is_numeric(dt: np.dtype) -> bool:
-    if dt.kind in "biufc":
-        return True  # bfloat16 & co. (ml_dtypes) have kind 'V' but are numbers
-    return dt.kind == "V" and dt.names is None and bool(jnp.issubdtype(dt, np.number))
-
-
-def _host_array(x: Any, target, op: str) -> np.ndarray:
-    """``x`` as a NumPy array of the canonical (or requested) dtype that no one else holds."""
-    fresh = isinstance(x, (list, tuple, range, np.generic))  # np.asarray builds a new array
-    try:
-        a = np.asarray(x)
-    except ValueError as e:  # ragged nested sequences, among others
-        raise _not_numeric(x, op, f": {e}") from None
-    if a.dtype.kind == "O":
-        if not isinstance(x, (list, tuple)):
-            raise _not_numeric(x, op, " (dtype object)" if isinstance(x, np.ndarray) else "")
-        a, target = _python_numbers(x, a, target, op), None  # exact, already in its dtype
-        fresh = True
-    elif not _is_numeric(a.dtype):
-        raise _not_numeric(x, op, f" (dtype {a.dtype})")
-    if target is None:
-        # a Python int beyond int64 made NumPy pick uint64; JAX's dtype for Python ints is int32
-        big = a.dtype == np.uint64 and isinstance(x, (list, tuple))
-        target = dtypes.int32 if big else dtypes.canonicalize(a.dtype)
-    if a.dtype != target:
-        _check_exact(a, target, op)
-        if a.dtype.kind == "c" and target.kind != "c":
-            a = a.real
-    elif fresh and (a.nbytes < _ADOPT_BYTES or not a.ctypes.data % _ALIGN):
-        return a
-    return _private_copy(a, target)
-
-
-def _python_numbers(x, a: np.ndarray, target, op: str) -> np.ndarray:
-    """Nested Python data NumPy could only hold as objects: ints beyond int64 (maybe with floats),
-    or something that is not a number."""
-    kinds = set()
-    for v in a.flat:
-        if isinstance(v, (bool, np.bool_)):
-            kinds.add("b")
-        elif isinstance(v, (int, np.integer)):
-            kinds.add("i")
-        elif isinstance(v, (float, np.floating)):
-            kinds.add("f")
-        elif isinstance(v, (complex, np.complexfloating)):
-            kinds.add("c")
-        else:
-            raise _not_numeric(x, op, f" (it holds {type(v).__name__} {v!r:.40})")
-    if target is None:  # the dtype JAX gives such data (weakly typed Python numbers)
-        target = (
-            dtypes.complex64 if "c" in kinds else dtypes.float32 if "f" in kinds else dtypes.int32
-        )
-    if target.kind in "iu":
-        info = np.iinfo(target)
-        for v in a.flat:
-            if isinstance(v, (int, np.integer)) and not info.min <= int(v) <= info.max:
-                raise _inexact(OverflowError, op, str(int(v)), target, "out of range")
-    try:
-        return np.array(a.tolist(), dtype=target)
-    except (OverflowError, ValueError, TypeError) as e:
-        raise _inexact(type(e), op, "a value", target, str(e)) from None
-
-
-def _check_exact(a: np.ndarray, target: np.dtype, op: str) -> None:
-    """Raise unless every value of ``a`` converts to ``target`` (ints in range, floats finite and
-    in range for integer targets, no imaginary parts dropped)."""
-    src = a.dtype
-    if not a.size or target.kind == "b":
-        return
-    if src.kind == "c" and target.kind != "c" and np.any(a.imag):
-        raise _inexact(TypeError, op, "complex data", target, "it has imaginary parts")
-    if target.kind not in "iu" or src.kind == "b":
-        return  # floats: rounding and overflow to inf, as NumPy and JAX
-    info = np.iinfo(target)
-    if src.kind in "iu":
-        si = np.iinfo(src)
-        if si.min >= info.min and si.max <= info.max:
-            return
-        lo, hi = a.min(), a.max()
-        if lo < info.min or hi > info.max:
-            bad = lo if lo < info.min else hi
-            raise _inexact(
-                OverflowError, op, f"value {bad}", target, f"outside [{info.min}, {info.max}]"
-            )
-        return
-    f = np.asarray(a.real if src.kind == "c" else a, dtype=np.float64)
-    if np.isnan(f).any():
-        raise _inexact(ValueError, op, "NaN", target, "integers have no NaN")
-    lo, hi = f.min(), f.max()
-    if not (info.min - 1 < lo and hi < info.max + 1):  # values truncate toward zero
-        bad = lo if not info.min - 1 < lo else hi
-        raise _inexact(
-            OverflowError, op, f"value {bad}", target, f"outside [{info.min}, {info.max}]"
-        )
-
-
-def exact_scalar(v: Any, dt: np.dtype, op: str):
-    """A Python/NumPy scalar as the Python value that becomes a constant of ``dt``, checked as
-    :func:`to_impl` checks host data: ints must fit, floats for an integer dtype must be finite and
-    in range (they truncate toward zero), an imaginary part is never dropped; non-numbers raise
-    ``TypeError`` naming ``op``."""
-    if isinstance(v, np.generic) and _is_numeric(v.dtype):
-        v = v.item()
-    t = type(v)
-    if t not in _PY_SCALAR_TYPES:
-        raise _not_numeric(v, op)
-    if t is complex and dt.kind != "c":
-        if v.imag:
-            raise _inexact(TypeError, op, repr(v), dt, "it has an imaginary part")
-        v, t = v.real, float
-    if dt.kind not in "iu":
-        return v  # bool: truthiness; floats: rounding and overflow to inf, as NumPy and JAX
-    info = np.iinfo(dt)
-    if t is float:
-        if v != v:
-            raise _inexact(ValueError, op, "NaN", dt, "integers have no NaN")
-        if not info.min - 1 < v < info.max + 1:
-            raise _inexact(OverflowError, op, repr(v), dt, f"outside [{info.min}, {info.max}]")
-        return int(v)
-    if not info.min <= v <= info.max:
-        raise _inexact(OverflowError, op, repr(v), dt, f"outside [{info.min}, {info.max}]")
-    return v
-
-
-def _private_copy(a: np.ndarray, target: np.dtype) -> np.ndarray:
-    """A C-contiguous copy of ``a`` in ``target``; large ones 64-byte aligned (adopted by JAX)."""
-    nbytes = a.size * target.itemsize
-    if nbytes < _ADOPT_BYTES:
-        return np.array(a, dtype=target, order="C", copy=True)
-    raw = np.empty(nbytes + _ALIGN, np.uint8)
-    start = -raw.ctypes.data % _ALIGN
-    out = raw[start : start + nbytes].view(target).reshape(a.shape)
-    np.copyto(out, a, casting="unsafe")
-    return out
 
 
 def _batched_read(t, what: str):
@@ -392,6 +63,17 @@ def _batched_read(t, what: str):
         f"nx.where(cond, a, b) to choose per example instead of Python if/while, and read values "
         f"after nx.vmap returns"
     )
+
+
+def _unary_method(name: str) -> Callable[[Tensor], Tensor]:
+    """``Tensor.<name>()``: the element-wise function ``nx.<name>`` of core/ops/elementwise.py."""
+
+    def method(self: Tensor) -> Tensor:
+        return getattr(_elementwise, name)(self)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"Element-wise ``nx.{name}(x)`` (core/ops/elementwise.py)."
+    return method
 
 
 class Tensor:
@@ -557,6 +239,310 @@ class Tensor:
     def __reduce__(self):
         return (Tensor, (self.numpy(),))
 
+    # ---- Arithmetic, bitwise and comparison operators (core/ops/elementwise.py; Python scalars are weakly
+    # typed; ``==`` compares element-wise, so ``__hash__`` is identity, declared above) ----
+
+    def __add__(self, other) -> Tensor:
+        return _elementwise.add(self, other)
+
+    __radd__ = __add__  # commutative: x + y == y + x exactly, in value and dtype
+
+    def __sub__(self, other) -> Tensor:
+        return _elementwise.subtract(self, other)
+
+    def __rsub__(self, other) -> Tensor:
+        return _elementwise.subtract(other, self)
+
+    def __mul__(self, other) -> Tensor:
+        return _elementwise.multiply(self, other)
+
+    __rmul__ = __mul__  # commutative: x + y == y + x exactly, in value and dtype
+
+    def __truediv__(self, other) -> Tensor:
+        return _elementwise.divide(self, other)
+
+    def __rtruediv__(self, other) -> Tensor:
+        return _elementwise.divide(other, self)
+
+    def __floordiv__(self, other) -> Tensor:
+        return _elementwise.floor_divide(self, other)
+
+    def __rfloordiv__(self, other) -> Tensor:
+        return _elementwise.floor_divide(other, self)
+
+    def __mod__(self, other) -> Tensor:
+        return _elementwise.mod(self, other)
+
+    def __rmod__(self, other) -> Tensor:
+        return _elementwise.mod(other, self)
+
+    def __pow__(self, other) -> Tensor:
+        return _elementwise.power(self, other)
+
+    def __rpow__(self, other) -> Tensor:
+        return _elementwise.power(other, self)
+
+    def __matmul__(self, b) -> Tensor:
+        return _linalg.matmul(self, b)
+
+    matmul = __matmul__
+
+    def __rmatmul__(self, other) -> Tensor:
+        return _linalg.matmul(other, self)
+
+    def __neg__(self) -> Tensor:
+        return _elementwise.negative(self)
+
+    def __pos__(self) -> Tensor:
+        return self
+
+    def __invert__(self) -> Tensor:
+        return _elementwise.invert(self)
+
+    def __and__(self, other) -> Tensor:
+        return _elementwise.bitwise_and(self, other)
+
+    __rand__ = __and__  # commutative: x + y == y + x exactly, in value and dtype
+
+    def __or__(self, other) -> Tensor:
+        return _elementwise.bitwise_or(self, other)
+
+    __ror__ = __or__  # commutative: x + y == y + x exactly, in value and dtype
+
+    def __xor__(self, other) -> Tensor:
+        return _elementwise.bitwise_xor(self, other)
+
+    __rxor__ = __xor__  # commutative: x + y == y + x exactly, in value and dtype
+
+    def __eq__(self, other) -> Tensor:
+        return _elementwise.equal(self, other)
+
+    def __ne__(self, other) -> Tensor:
+        return _elementwise.not_equal(self, other)
+
+    def __lt__(self, other) -> Tensor:
+        return _elementwise.less(self, other)
+
+    def __le__(self, other) -> Tensor:
+        return _elementwise.less_equal(self, other)
+
+    def __gt__(self, other) -> Tensor:
+        return _elementwise.greater(self, other)
+
+    def __ge__(self, other) -> Tensor:
+        return _elementwise.greater_equal(self, other)
+
+    # ---- Element-wise functions (core/ops/elementwise.py) ----
+
+    exp = _unary_method("exp")
+    log = _unary_method("log")
+    log1p = _unary_method("log1p")
+    expm1 = _unary_method("expm1")
+    sqrt = _unary_method("sqrt")
+    rsqrt = _unary_method("rsqrt")
+    sin = _unary_method("sin")
+    cos = _unary_method("cos")
+    tan = _unary_method("tan")
+    tanh = _unary_method("tanh")
+    sigmoid = _unary_method("sigmoid")
+    erf = _unary_method("erf")
+    floor = _unary_method("floor")
+    ceil = _unary_method("ceil")
+    sign = _unary_method("sign")
+    isnan = _unary_method("isnan")
+    isinf = _unary_method("isinf")
+    isfinite = _unary_method("isfinite")
+    arcsin = _unary_method("arcsin")
+    arccos = _unary_method("arccos")
+    arctan = _unary_method("arctan")
+    sinh = _unary_method("sinh")
+    cosh = _unary_method("cosh")
+    arcsinh = _unary_method("arcsinh")
+    arccosh = _unary_method("arccosh")
+    arctanh = _unary_method("arctanh")
+    trunc = _unary_method("trunc")
+    log2 = _unary_method("log2")
+    log10 = _unary_method("log10")
+    exp2 = _unary_method("exp2")
+    reciprocal = _unary_method("reciprocal")
+    abs = _unary_method("abs")
+    square = _unary_method("square")
+
+    asin, acos, atan = arcsin, arccos, arctan  # the Array API's names
+    asinh, acosh, atanh = arcsinh, arccosh, arctanh
+    __abs__ = abs
+
+    def round(self, decimals: int = 0) -> Tensor:
+        return _elementwise.round(self, decimals)
+
+    def astype(self, dtype) -> Tensor:
+        return _elementwise.astype(self, dtype)
+
+    def clip(self, min=None, max=None) -> Tensor:
+        return _elementwise.clip(self, min, max)
+
+    def maximum(self, other) -> Tensor:
+        return _elementwise.maximum(self, other)
+
+    def minimum(self, other) -> Tensor:
+        return _elementwise.minimum(self, other)
+
+    # ---- Shapes (core/ops/shape.py) ----
+
+    def transpose(self, *axes) -> Tensor:
+        """``x.transpose()``, ``x.transpose(1, 0, 2)`` or ``x.transpose((1, 0, 2))``."""
+        one = len(axes) == 1 and not isinstance(axes[0], int)
+        return _shape.transpose(self, axes[0] if one else (axes or None))
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 - NumPy's name
+        return _shape.transpose(self)
+
+    def reshape(self, *shape) -> Tensor:
+        return _shape.reshape(self, *shape)
+
+    def permute(self, *dims) -> Tensor:
+        return _shape.permute(self, *dims)
+
+    def swapaxes(self, axis1: int, axis2: int) -> Tensor:
+        return _shape.swapaxes(self, axis1, axis2)
+
+    def squeeze(self, axis=None) -> Tensor:
+        return _shape.squeeze(self, axis)
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        return _shape.unsqueeze(self, dim)
+
+    def ravel(self) -> Tensor:
+        return _shape.ravel(self)
+
+    flatten = ravel
+
+    def broadcast_to(self, shape) -> Tensor:
+        return _shape.broadcast_to(self, shape)
+
+    def flip(self, axis=None) -> Tensor:
+        return _shape.flip(self, axis)
+
+    def repeat(self, repeats, axis: int | None = None) -> Tensor:
+        return _shape.repeat(self, repeats, axis)
+
+    def unbind(self, axis: int = 0) -> tuple[Tensor, ...]:
+        return _shape.unbind(self, axis)
+
+    # ---- Reductions, scans and sorting (core/ops/reduce.py) ----
+
+    def sum(self, axis=None, keepdims: bool = False, dtype=None) -> Tensor:
+        return _reduce.sum(self, axis, keepdims, dtype)
+
+    def prod(self, axis=None, keepdims: bool = False, dtype=None) -> Tensor:
+        return _reduce.prod(self, axis, keepdims, dtype)
+
+    def max(self, axis=None, keepdims: bool = False) -> Tensor:
+        return _reduce.max(self, axis, keepdims)
+
+    def min(self, axis=None, keepdims: bool = False) -> Tensor:
+        return _reduce.min(self, axis, keepdims)
+
+    def all(self, axis=None, keepdims: bool = False) -> Tensor:
+        return _reduce.all(self, axis, keepdims)
+
+    def any(self, axis=None, keepdims: bool = False) -> Tensor:
+        return _reduce.any(self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims: bool = False, dtype=None) -> Tensor:
+        return _reduce.mean(self, axis, keepdims, dtype)
+
+    def var(self, axis=None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+        return _reduce.var(self, axis, keepdims, ddof)
+
+    def std(self, axis=None, keepdims: bool = False, ddof: int = 0) -> Tensor:
+        return _reduce.std(self, axis, keepdims, ddof)
+
+    def argmax(self, axis=None, keepdims: bool = False) -> Tensor:
+        return _reduce.argmax(self, axis, keepdims)
+
+    def argmin(self, axis=None, keepdims: bool = False) -> Tensor:
+        return _reduce.argmin(self, axis, keepdims)
+
+    def cumsum(self, axis=None, dtype=None) -> Tensor:
+        return _reduce.cumsum(self, axis, dtype)
+
+    def sort(self, axis: int | None = -1) -> Tensor:
+        return _reduce.sort(self, axis)
+
+    def argsort(self, axis: int | None = -1) -> Tensor:
+        return _reduce.argsort(self, axis)
+
+    def logsumexp(self, axis=None, keepdims: bool = False) -> Tensor:
+        return _reduce.logsumexp(self, axis, keepdims)
+
+    def topk(self, k: int, axis: int = -1) -> tuple[Tensor, Tensor]:
+        return _reduce.topk(self, k, axis)
+
+    # ---- Indexing and updates (core/ops/index.py) ----
+
+    def __getitem__(self, idx) -> Tensor:
+        return _index.getitem(self, idx)
+
+    def __setitem__(self, idx, value) -> None:
+        """``x[idx] = v``: rebinds ``x`` to the updated tensor (tensors made from ``x`` before keep
+        the old values)."""
+        _index._setitem(self, idx, value)
+
+    @property
+    def at(self) -> Any:
+        """JAX-style functional updates: ``x.at[idx].set(v)`` / ``.add(v)`` / ``.multiply(v)`` /
+        ``.min(v)`` / ``.max(v)`` / ``.get()``."""
+        return _index._IndexUpdateHelper(self)
+
+    def take(
+        self, indices, axis: int | None = None, mode: str | None = None, fill_value=None
+    ) -> Tensor:
+        return _index.take(self, indices, axis, mode, fill_value)
+
+    # ---- Linear algebra (core/ops/linalg.py) ----
+
+    def dot(self, b) -> Tensor:
+        return _linalg.dot(self, b)
+
+    # ---- Neural-network functions (core/ops/nn.py) ----
+
+    def relu(self) -> Tensor:
+        return _nn.relu(self)
+
+    def softmax(self, axis=-1) -> Tensor:
+        return _nn.softmax(self, axis)
+
+    def log_softmax(self, axis=-1) -> Tensor:
+        return _nn.log_softmax(self, axis)
+
+    # ---- PyTorch-style autograd (core/transforms/vjp.py) ----
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        return _autodiff.requires_grad_(self, requires_grad)
+
+    @property
+    def requires_grad(self) -> bool:
+        return self in _autodiff.LEAVES
+
+    def backward(self, gradient=None) -> None:
+        _autodiff._backward(self, gradient)
+
+    @property
+    def grad(self) -> Tensor | None:
+        """Accumulated gradient (PyTorch style), set by ``backward()``; assignable."""
+        return getattr(self, "_grad", None)
+
+    @grad.setter
+    def grad(self, value) -> None:
+        self._grad = value
+
+    # ---- Sharding (core/sharding.py) ----
+
+    def shard(self, mesh: DeviceMesh, dim_specs) -> Tensor:
+        return _sharding._shard(self, mesh, dim_specs)
+
 
 def _no_sharding_rules(impl):
     raise AssertionError("nablax: core/sharding.py was not imported")  # nablax/__init__ imports it
@@ -588,3 +574,14 @@ def realize(*tensors) -> None:
             impls.append(t._impl)
     if impls:
         realize_impls(impls)
+
+
+def bind_method_modules(**modules: Any) -> None:
+    """Give ``Tensor``'s methods the modules they delegate to (called once, by
+    ``nablax/core/ops/__init__.py``): ``elementwise``, ``index``, ``linalg``, ``nn``, ``reduce``,
+    ``shape``, ``sharding`` and ``autodiff`` (core/transforms/vjp.py)."""
+    g = globals()
+    for name, module in modules.items():
+        if f"_{name}" not in g:
+            raise ValueError(f"nablax: Tensor methods do not delegate to a module named {name!r}")
+        g[f"_{name}"] = module

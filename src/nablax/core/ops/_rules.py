@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import jax
 
+from ..build import TensorImpl, bind
 from ..primitive import Primitive
-from ..tensor import Tensor, TensorImpl, bind, to_impl
+from ..tensor import Tensor, to_impl
 from ._batch import vmap_rule
 from ._shard import replicated
 

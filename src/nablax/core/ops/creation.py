@@ -15,9 +15,11 @@ from jax import lax
 
 from ...errors import op_error
 from .. import dtypes
+from ..build import bind, impl_from_array
 from ..graph import Const
+from ..host import exact_scalar
 from ..primitive import primitive
-from ..tensor import Tensor, bind, exact_scalar, impl_from_array, to_impl
+from ..tensor import Tensor, to_impl
 from . import _shard
 from ._batch import vmap_rule
 from ._rules import nondifferentiable

@@ -27,12 +27,13 @@ from jax import lax
 from ... import _config
 from ...errors import DTypeError, op_error
 from .. import dtypes
+from ..build import TensorImpl, batch_info, bind
 from ..context import CTX, note_pending
 from ..dtypes import bool_, promote, promote_scalar
 from ..graph import Const, Node, deeper
 from ..primitive import primitive
 from ..realize import realize_impls
-from ..tensor import Tensor, TensorImpl, batch_info, bind, to_impl
+from ..tensor import Tensor, to_impl
 from ._util import broadcast_shapes
 from .elementwise_table import BINARY, KINDS, UNARY
 
@@ -507,49 +508,4 @@ _METHODS = (
 ).split()
 
 
-def _install_methods() -> None:
-    T = Tensor
-    T.__add__ = add
-    T.__radd__ = lambda a, b: _binary("add", b, a)
-    T.__sub__ = subtract
-    T.__rsub__ = lambda a, b: _binary("subtract", b, a)
-    T.__mul__ = multiply
-    T.__rmul__ = lambda a, b: _binary("multiply", b, a)
-    T.__truediv__ = divide
-    T.__rtruediv__ = lambda a, b: _binary("divide", b, a)
-    T.__floordiv__ = floor_divide
-    T.__rfloordiv__ = lambda a, b: _binary("floor_divide", b, a)
-    T.__mod__ = mod
-    T.__rmod__ = lambda a, b: _binary("mod", b, a)
-    T.__pow__ = power
-    T.__rpow__ = lambda a, b: _binary("power", b, a)
-    T.__neg__ = negative
-    T.__pos__ = lambda a: a
-    T.__abs__ = abs
-    T.__invert__ = invert
-    T.__and__ = bitwise_and
-    T.__rand__ = lambda a, b: _binary("bitwise_and", b, a)
-    T.__or__ = bitwise_or
-    T.__ror__ = lambda a, b: _binary("bitwise_or", b, a)
-    T.__xor__ = bitwise_xor
-    T.__rxor__ = lambda a, b: _binary("bitwise_xor", b, a)
-    T.__eq__ = equal
-    T.__ne__ = not_equal
-    T.__lt__ = less
-    T.__le__ = less_equal
-    T.__gt__ = greater
-    T.__ge__ = greater_equal
-    g = globals()
-    for n in _METHODS:
-        setattr(T, n, g[n])
-    T.abs = abs
-    T.round = round
-    T.square = square
-    T.astype = astype
-    T.clip = clip
-    T.maximum = maximum
-    T.minimum = minimum
-
-
-_install_methods()
 # Derivative, batching and sharding rules: elementwise_rules.py (imported by ops/__init__.py).

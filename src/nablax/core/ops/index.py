@@ -25,8 +25,10 @@ import numpy as np
 from ... import _caches
 from ...errors import ShapeError, op_error
 from .. import dtypes
+from ..build import TensorImpl, bind, impl_from_array
+from ..host import exact_scalar
 from ..primitive import primitive
-from ..tensor import Tensor, TensorImpl, bind, exact_scalar, impl_from_array, to_impl
+from ..tensor import Tensor, to_impl
 from ._util import broadcast_shapes, is_concrete, norm_axis
 from .creation import iota, zeros
 from .elementwise import astype, clip, equal, logical_and, mod, where
@@ -535,12 +537,4 @@ def one_hot(x, num_classes: int, dtype=None) -> Tensor:
     return astype(equal(expand_dims(t, -1), classes), dtypes.canonicalize(dtype))
 
 
-def _install_methods() -> None:
-    Tensor.__getitem__ = getitem
-    Tensor.__setitem__ = _setitem
-    Tensor.at = property(lambda self: _IndexUpdateHelper(self))
-    Tensor.take = take
-
-
-_install_methods()
 # Derivative, batching and sharding rules: index_rules.py (imported by ops/__init__.py).

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes
-from ..tensor import Tensor, bind
+from ..build import bind
+from ..tensor import Tensor
 from . import _shard
 from ._batch import vmap_rule
 from ._rules import cast_like, is_float_tensor, unbroadcast

@@ -19,8 +19,9 @@ import jax
 
 from ...kernels import executor as _executor
 from ...kernels._call import CallSpec
+from ..build import bind
 from ..primitive import Primitive, primitive
-from ..tensor import Tensor, bind, to_impl
+from ..tensor import Tensor, to_impl
 from ..transforms.custom import _traced
 from . import _rules
 from ._batch import vmap_rule

@@ -13,8 +13,9 @@ import jax.numpy as jnp
 from ... import _caches
 from ...errors import DTypeError, ShapeError, op_error
 from .. import dtypes
+from ..build import bind
 from ..primitive import primitive
-from ..tensor import Tensor, bind, to_impl
+from ..tensor import Tensor, to_impl
 from . import _shard
 from ._batch import _batch_shape, to_full_batch
 from ._rules import cast_like, derive_from_jax, is_float_tensor
@@ -145,16 +146,6 @@ def outer(a, b) -> Tensor:
     ta = a if isinstance(a, Tensor) else Tensor._wrap(to_impl(a))
     tb = b if isinstance(b, Tensor) else Tensor._wrap(to_impl(b))
     return reshape(ta, (-1, 1)) * reshape(tb, (1, -1))
-
-
-def _install_methods() -> None:
-    Tensor.__matmul__ = matmul
-    Tensor.__rmatmul__ = lambda a, b: matmul(b, a)
-    Tensor.matmul = matmul
-    Tensor.dot = dot
-
-
-_install_methods()
 
 
 # ---- derivative rules ------------------------------------------------------------------------

@@ -78,12 +78,3 @@ def log_softmax(x, axis=-1) -> Tensor:
     axes = norm_axes("log_softmax", axis, x.shape)
     shifted = subtract(x, stop_gradient(max(x, axes, keepdims=True)))  # as jax.nn.log_softmax
     return subtract(shifted, log(sum(exp(shifted), axes, keepdims=True)))
-
-
-def _install_methods() -> None:
-    Tensor.relu = relu
-    Tensor.softmax = softmax
-    Tensor.log_softmax = log_softmax
-
-
-_install_methods()

@@ -19,9 +19,10 @@ import numpy as np
 
 from ...errors import DTypeError, op_error
 from .. import dtypes
+from ..build import bind, impl_from_array
 from ..primitive import primitive
 from ..realize import tracing_guard
-from ..tensor import Tensor, bind, impl_from_array, to_impl
+from ..tensor import Tensor, to_impl
 from . import _shard
 from ._batch import vmap_rule
 from ._rules import nondifferentiable

@@ -12,8 +12,9 @@ from jax import lax
 
 from ...errors import DTypeError, ShapeError, op_error
 from .. import dtypes
+from ..build import bind
 from ..primitive import primitive
-from ..tensor import Tensor, bind
+from ..tensor import Tensor
 from . import _shard
 from ._batch import shift, unary_rule
 from ._rules import cast_like, is_float_tensor, linear, nondifferentiable
@@ -282,17 +283,6 @@ def topk(x, k: int, axis: int = -1) -> tuple[Tensor, Tensor]:
     if moved:
         v, i = moveaxis(v, -1, ax), moveaxis(i, -1, ax)
     return v, i
-
-
-def _install_methods() -> None:
-    T = Tensor
-    for f in (sum, prod, max, min, all, any, mean, var, std, argmax, argmin, cumsum, sort, argsort):
-        setattr(T, f.__name__, f)
-    T.logsumexp = logsumexp
-    T.topk = topk
-
-
-_install_methods()
 
 
 # ---- derivative rules ------------------------------------------------------------------------

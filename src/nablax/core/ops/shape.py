@@ -11,9 +11,11 @@ import numpy as np
 from jax import lax
 
 from ...errors import ShapeError, op_error
+from ..build import TensorImpl, bind
 from ..dtypes import promote
+from ..host import exact_scalar
 from ..primitive import primitive
-from ..tensor import Tensor, TensorImpl, bind, exact_scalar, to_impl
+from ..tensor import Tensor, to_impl
 from ._util import as_dim, norm_axes, norm_axis, norm_shape
 from .elementwise import astype
 
@@ -503,24 +505,4 @@ def unbind(x, axis: int = 0) -> tuple[Tensor, ...]:
     return tuple(_wrap1(reshape_p, [p], (shape,)) for p in parts)
 
 
-def _install_methods() -> None:
-    T = Tensor
-    T.reshape = reshape
-    T.transpose = lambda self, *axes: transpose(
-        self, axes[0] if len(axes) == 1 and not isinstance(axes[0], int) else (axes or None)
-    )
-    T.T = property(lambda self: transpose(self))
-    T.permute = permute
-    T.swapaxes = swapaxes
-    T.squeeze = squeeze
-    T.unsqueeze = unsqueeze
-    T.flatten = ravel
-    T.ravel = ravel
-    T.broadcast_to = broadcast_to
-    T.flip = flip
-    T.repeat = repeat
-    T.unbind = unbind
-
-
-_install_methods()
 # Derivative, batching and sharding rules: shape_rules.py (imported by ops/__init__.py).

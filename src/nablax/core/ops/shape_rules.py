@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 from jax import lax
 
-from ..tensor import Tensor, bind
+from ..build import bind
+from ..tensor import Tensor
 from . import _shard
 from ._batch import _batch_shape, shift, to_full_batch, unary_rule
 from ._rules import cast_like, is_float_tensor, linear

@@ -69,9 +69,10 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import GraphBreakError
+from ..build import TensorImpl
 from ..context import CTX
 from ..graph import src_node
-from ..tensor import Tensor, TensorImpl
+from ..tensor import Tensor
 from .compile_info import LIVE, CacheInfo
 from .scalars import (
     RetraceWatch,

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import tree as _tree
+from ..build import bind
 from ..context import CTX
 from ..graph import _self_alive, split_ref
 from ..ops import _shard
@@ -32,7 +33,7 @@ from ..ops._batch import vmap_rule
 from ..ops.creation import zeros_like
 from ..ops.elementwise import stop_gradient
 from ..primitive import primitive
-from ..tensor import Tensor, bind
+from ..tensor import Tensor
 from .trace import Opaque
 from .vjp import _fname
 

@@ -28,10 +28,11 @@ import threading
 import weakref
 
 from ... import _caches, _config
+from ..build import TensorImpl
 from ..context import note_pending
 from ..graph import SCALAR_TYPES, Const, Node, seq_of
 from ..realize import realize_impls
-from ..tensor import Tensor, TensorImpl
+from ..tensor import Tensor
 from .trace import Opaque, input_aval
 
 _MAX_PLANS = 256

@@ -49,11 +49,12 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import GraphBreakError
+from ..build import make_outputs
 from ..graph import Const, Node, deeper
 from ..ops._rules import cast_like, is_float_tensor
 from ..primitive import primitive
 from ..sharding import DeviceMesh, ShardingSpec
-from ..tensor import Tensor, make_outputs
+from ..tensor import Tensor
 from .jvp import forward_pass
 from .subprogram import Body, Stage
 from .trace import is_float, output_tensor

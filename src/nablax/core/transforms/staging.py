@@ -21,10 +21,11 @@ import numpy as np
 
 from ...errors import GraphBreakError
 from .. import realize as _realize
+from ..build import TensorImpl
 from ..context import CTX
 from ..graph import SCALAR_TYPES, Const, Node, _next_seq, split_ref, src_node, toposort
 from ..primitive import Primitive
-from ..tensor import Tensor, TensorImpl
+from ..tensor import Tensor
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

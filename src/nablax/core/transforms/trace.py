@@ -16,11 +16,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from ..build import TensorImpl, impl_from_array
 from ..context import CTX, note_pending
 from ..graph import SCALAR_TYPES, Const, Node, Trace, end_trace, seq_of, split_ref
 from ..ops.creation import full
 from ..primitive import primitive
-from ..tensor import Tensor, TensorImpl, impl_from_array
+from ..tensor import Tensor
 
 # ---- trace stack -----------------------------------------------------------------------------
 

@@ -19,10 +19,11 @@ import numpy as np
 from ... import _config
 from ... import tree as _tree
 from ...errors import op_error
+from ..build import TensorImpl
 from ..context import CTX
 from ..graph import end_trace, gc_paused, split_ref
 from ..ops.creation import ones_like, zeros
-from ..tensor import Tensor, TensorImpl
+from ..tensor import Tensor
 from . import plan as _plan
 from .trace import (
     GRAD_ROOT,
@@ -426,17 +427,3 @@ def _backward(self: Tensor, gradient=None) -> None:
         if leaf is not None:
             prev = getattr(leaf, "_grad", None)
             leaf._grad = g if prev is None else prev + g
-
-
-def _get_grad(self: Tensor):
-    return getattr(self, "_grad", None)
-
-
-def _set_grad(self: Tensor, value) -> None:
-    self._grad = value
-
-
-Tensor.requires_grad_ = requires_grad_
-Tensor.backward = _backward
-Tensor.grad = property(_get_grad, _set_grad, doc="Accumulated gradient (PyTorch style).")
-Tensor.requires_grad = property(lambda self: self in LEAVES)

@@ -33,12 +33,13 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import op_error
+from ..build import make_outputs
 from ..context import CTX
 from ..graph import src_node
 from ..ops.reduce import sum as _sum
 from ..ops.shape import broadcast_to, expand_dims, moveaxis
 from ..primitive import primitive
-from ..tensor import Tensor, make_outputs
+from ..tensor import Tensor
 
 # ---- the batch-axis view primitives ----------------------------------------------------------
 

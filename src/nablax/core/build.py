@@ -1,0 +1,207 @@
+"""Building graph nodes: ``TensorImpl`` (a tensor's state) and the one node constructor every op
+uses.
+
+A ``TensorImpl`` is in one of two states:
+
+- *pending*: ``src`` names the node output that will produce it (the ``Node`` itself, or
+  ``(node, index)`` for a multi-output primitive), ``value is None``;
+- *realized*: ``value`` is a ``jax.Array`` and ``src is None``.
+
+``shape`` is the *logical* shape, the one the user sees. Under ``nx.vmap`` a tensor also has a
+``batch_shape``: its physical value has shape ``batch_shape + shape``, the leading axes being the
+batch axes of the enclosing vmaps, outermost first (see core/transforms/vmap.py).
+
+:func:`make_outputs` creates a node and its output impls (the one place a ``Node`` is made for an
+op); :func:`bind` runs a primitive's shape rule on impl/``Const`` inputs and calls it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import _config
+from ..errors import op_error
+from . import dtypes
+from .context import note_pending
+from .graph import Const, Node, deeper, src_node
+from .host import ADOPT_BYTES, PY_SCALAR_TYPES, host_array, inexact
+from .primitive import Primitive
+from .realize import realize_impls
+
+_wref = weakref.ref
+
+
+class TensorImpl:
+    (
+        """State of one tensor: pending node output or realized ``jax.Array``.
+
+    ``src`` is the producing ``Node`` (single-output primitives) or ``(node, index)``. A realized
+    tensor whose node is still needed by a live differentiation trace keeps ``src`` as well as its
+    ``value``, so that ops built on it later stay connected to the trace.
+    """
+        ""
+    )
+
+    __slots__ = ("src", "value", "shape", "dtype", "batch_shape", "sharding", "__weakref__")
+
+    def __init__(self, src, value, shape: tuple, dtype, batch_shape: tuple = ()) -> None:
+        self.src = src
+        self.value = value
+        self.shape = shape  # logical
+        self.dtype = dtype
+        self.batch_shape = batch_shape  # vmap batch axes in front of ``shape`` (physically)
+        self.sharding = None
+
+    @property
+    def batch_dims(self) -> int:
+        return len(self.batch_shape)
+
+    @property
+    def ref(self):
+        """What a consuming node stores as its input: the value if realized, else ``(node, idx)``."""
+        return self.src if self.src is not None else self.value
+
+    @property
+    def depth(self) -> int:
+        return 0 if self.src is None else src_node(self.src).depth
+
+
+def impl_from_array(arr: jax.Array) -> TensorImpl:
+    """A realized impl around a ``jax.Array`` (shares the buffer)."""
+    if getattr(arr, "weak_type", False):
+        arr = jax.lax.convert_element_type(arr, arr.dtype)  # nablax tensors are strongly typed
+    return TensorImpl(None, arr, tuple(arr.shape), np.dtype(arr.dtype))
+
+
+def make_outputs(
+    prim, params: tuple, refs: tuple, depth: int, out_avals, trace=None, bdims=None
+) -> list[TensorImpl]:
+    """Create the node for one primitive call and one pending impl per output aval.
+
+    ``bdims``: ``(input batch dims, output batch shape)`` when an input is vmap-batched."""
+    node = Node(prim, params, refs, depth, trace)
+    if trace is not None:
+        node.avals = tuple(out_avals)
+    bshape = ()
+    if bdims is not None:
+        node.bdims = bdims
+        bshape = bdims[1]
+    if prim.multiple_results:
+        impls = [TensorImpl((node, i), None, s, d, bshape) for i, (s, d) in enumerate(out_avals)]
+    else:
+        ((s, d),) = out_avals
+        impls = [TensorImpl(node, None, s, d, bshape)]
+    node.outs = tuple(_wref(t) for t in impls)
+    for wr in node.outs:
+        note_pending(wr)
+    if not depth & 63 and depth > _config.get("max_graph_depth"):  # checked every 64 levels
+        realize_impls(impls)
+    return impls
+
+
+def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:
+    """Generic node builder: run the shape rule, then create the node and its outputs.
+
+    ``inputs`` are ``TensorImpl`` or :class:`Const` objects. Shape/dtype errors raise here, when the
+    op is built, not at realization.
+    """
+    avals = [(i.shape, i.dtype) for i in inputs]
+    out_avals = prim.abstract_eval(params, *avals)
+    refs = []
+    depth = 0
+    trace = None
+    batched = False
+    for i in inputs:
+        if type(i) is Const:
+            refs.append(i)
+            continue
+        if i.batch_shape:
+            batched = True
+        if i.src is None:
+            refs.append(i.value)
+        else:
+            refs.append(i.src)
+            n = src_node(i.src)
+            if n.depth > depth:
+                depth = n.depth
+            if n.trace is not None:
+                trace = deeper(trace, n.trace)
+    bdims = batch_info(prim.name, inputs) if batched else None
+    return make_outputs(prim, params, tuple(refs), depth + 1, out_avals, trace, bdims)
+
+
+def batch_info(op: str, inputs) -> tuple:
+    """``(batch dims of each input, output batch shape)`` of an op on vmap-batched inputs: batch
+    shapes are aligned at the front (outermost vmap first) and broadcast (size 1 stretches)."""
+    bds = []
+    out: list = []
+    for i in inputs:
+        b = () if type(i) is Const else i.batch_shape
+        bds.append(len(b))
+        for k, d in enumerate(b):
+            if k == len(out):
+                out.append(d)
+            elif out[k] != d and d != 1:
+                if out[k] != 1:
+                    raise op_error(
+                        ValueError,
+                        op,
+                        f"vmap batch axes of sizes {out[k]} and {d} at level {k} do not match",
+                    )
+                out[k] = d
+    return tuple(bds), tuple(out)
+
+
+def _dimension_lower(params):
+    return jnp.asarray(params[0], dtype=params[1])
+
+
+# A symbolic size used as a value (``x.sum() / x.shape[0]`` with ``dynamic_dims``): lowered with
+# JAX's shape polymorphism. It exists only inside ``nx.compile`` traces (core/transforms/staging.py).
+dimension_p = Primitive(
+    "dimension_value",
+    lambda params: (((), params[1]),),
+    _dimension_lower,
+    differentiable=False,
+    doc="The value of a symbolic dimension size (nx.compile dynamic_dims).",
+)
+dimension_p.jvp = lambda params, tangents, primals, outs: [None]
+dimension_p.vjp = lambda params, cts, primals, outs: []
+dimension_p.shard = lambda params, lays, ins, outs: ((),)
+
+
+def dimension_value(d, dtype=None) -> TensorImpl:
+    """A 0-d tensor holding the symbolic size ``d`` (int32 unless ``dtype`` says otherwise)."""
+    dt = dtypes.canonicalize(dtype) if dtype is not None else np.dtype(np.int32)
+    node = Node(dimension_p, (d, dt), (), 1, None)
+    impl = TensorImpl(node, None, (), dt)
+    node.outs = (_wref(impl),)
+    return impl
+
+
+def value_impl(x: Any, dtype=None, op: str = "tensor") -> TensorImpl:
+    """A realized impl of anything array-like that is not a ``Tensor`` (``to_impl`` in
+    core/tensor.py handles those): a ``jax.Array`` is shared (cast on the device if ``dtype``
+    differs), host data is converted exactly (core/host.py), a symbolic size becomes a
+    ``dimension_value`` node."""
+    if isinstance(x, jax.Array):
+        if dtype is None:
+            return impl_from_array(x)
+        return impl_from_array(jnp.asarray(x, dtype=dtypes.canonicalize(dtype)))
+    if type(x) in PY_SCALAR_TYPES:
+        dt = dtypes.scalar_dtype(x) if dtype is None else dtypes.canonicalize(dtype)
+        try:
+            return impl_from_array(jnp.asarray(x, dtype=dt))
+        except (OverflowError, ValueError, TypeError) as e:  # e.g. an int too large for int32
+            raise inexact(type(e), op, repr(x), dt, str(e)) from None
+    if jax.export.is_symbolic_dim(x):  # a symbolic size (nx.compile with dynamic_dims)
+        return dimension_value(x, dtype)
+    a = host_array(x, None if dtype is None else dtypes.canonicalize(dtype), op)
+    # ``a`` is ours alone: large ones are 64-byte aligned, and the CPU client adopts them as is
+    arr = jnp.asarray(a, dtype=a.dtype) if a.nbytes >= ADOPT_BYTES else jnp.asarray(a)
+    return impl_from_array(arr)
