@@ -49,6 +49,13 @@ class TensorImpl:
 
     __slots__ = ("src", "value", "shape", "dtype", "batch_shape", "sharding", "__weakref__")
 
+    src: Any
+    value: Any
+    shape: tuple[Any, ...]
+    dtype: Any
+    batch_shape: tuple[Any, ...]
+    sharding: Any  # a ShardingSpec set by ``Tensor.shard`` / ``nx.shard_map``, else None
+
     def __init__(self, src, value, shape: tuple, dtype, batch_shape: tuple = ()) -> None:
         self.src = src
         self.value = value

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 SCALAR_TYPES = frozenset((bool, int, float, complex))
@@ -58,16 +59,23 @@ class Trace:
 
     __slots__ = ("level", "parent", "active", "owner", "keep_alive", "kept", "__weakref__")
 
+    level: int
+    parent: Trace | None
+    active: bool
+    owner: Callable[[], Any] | None
+    keep_alive: Callable[[], bool] | None
+    kept: list[Any]
+
     def __init__(self, parent: Trace | None) -> None:
         self.parent = parent
         self.level = 0 if parent is None else parent.level + 1
         self.active = True
         self.owner = None
         self.keep_alive = None  # callable -> bool, for the requires_grad root
-        self.kept: list = []  # weak refs to nodes realized while this trace needed their inputs
+        self.kept = []  # weak refs to nodes realized while this trace needed their inputs
 
     def alive(self) -> bool:
-        t = self
+        t: Trace | None = self
         while t is not None:
             if t.keep_alive is not None:
                 if t.keep_alive():
@@ -126,7 +134,7 @@ def deeper(a: Trace | None, b: Trace | None) -> Trace | None:
 _next_seq = itertools.count().__next__
 
 
-def seq_of(node: Node) -> int:
+def seq_of(node: Node) -> float:
     return node.seq
 
 
@@ -149,14 +157,25 @@ class Node:
         "__weakref__",
     )
 
+    prim: Any
+    params: tuple[Any, ...]
+    inputs: tuple[Any, ...] | None
+    values: list[Any] | None
+    outs: tuple[Any, ...]
+    depth: int
+    seq: float  # an int (creation order); nx.shard_map staging renumbers some in between
+    trace: Trace | None
+    avals: tuple[Any, ...]
+    bdims: Any
+
     def __init__(self, prim, params: tuple, inputs: tuple, depth: int, trace=None) -> None:
         self.prim = prim
         self.params = params
         self.inputs = (
             inputs  # None once all outputs are materialized (and no live trace needs them)
         )
-        self.values: list | None = None  # output values once realized (None entries: not computed)
-        self.outs: tuple = ()  # weak references to the output TensorImpls
+        self.values = None  # output values once realized (None entries: not computed)
+        self.outs = ()  # weak references to the output TensorImpls
         self.depth = depth
         # creation order: a node is created after its inputs, so sorting by ``seq`` is a
         # topological order, and a canonical one (the same program always gets the same order,
@@ -178,6 +197,11 @@ def split_ref(ref: Any) -> tuple[Node, int] | None:
     if t is tuple:
         return ref
     return None
+
+
+def out_ref(src: Any) -> tuple[Node, int]:
+    """``(node, index)`` of a pending ``TensorImpl.src`` (a ``Node`` or a ``(node, index)`` pair)."""
+    return (src, 0) if type(src) is Node else src
 
 
 def src_node(src: Any) -> Node:

@@ -26,7 +26,7 @@ _ALIGN = 64  # the CPU client adopts host buffers aligned like this without copy
 ADOPT_BYTES = 1 << 17  # from this size on, one aligned host copy beats JAX's own copy path
 
 
-def not_numeric(x: Any, op: str, detail: str = "") -> TypeError:
+def not_numeric(x: Any, op: str, detail: str = "") -> Exception:
     what = f"{type(x).__name__} {x!r}"
     what = what if len(what) <= 60 else what[:57] + "..."
     return op_error(TypeError, op, f"cannot make a tensor from {what}{detail}", _ACCEPTED)

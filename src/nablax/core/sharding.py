@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import jax
 import numpy as np
@@ -340,7 +341,7 @@ def _leaf_mesh(order) -> DeviceMesh | None:
                 inp = m.values[j]
             s = getattr(inp, "sharding", None)
             if type(s) is NamedSharding:
-                return DeviceMesh.from_jax(s.mesh)
+                return DeviceMesh.from_jax(cast(Mesh, s.mesh))  # a concrete array's: not abstract
     return None
 
 
@@ -350,16 +351,16 @@ def sharding_of(impl) -> ShardingSpec | None:
         s = getattr(impl.value, "sharding", None)
         if type(s) is not NamedSharding:
             return None
-        mesh = DeviceMesh.from_jax(s.mesh)
+        mesh = DeviceMesh.from_jax(cast(Mesh, s.mesh))  # a concrete array's: not abstract
         return ShardingSpec.from_named(mesh, s, len(impl.shape), len(impl.batch_shape))
     node = src_node(impl.src)
     order = toposort([node])
-    mesh = _leaf_mesh(order)
-    if mesh is None:
+    leaf_mesh = _leaf_mesh(order)
+    if leaf_mesh is None:
         return None
     ref = (impl.src, 0) if type(impl.src) is Node else impl.src
-    (layout,) = propagate(order, [ref], mesh)
-    return ShardingSpec.from_layout(mesh, layout)
+    (layout,) = propagate(order, [ref], leaf_mesh)
+    return ShardingSpec.from_layout(leaf_mesh, layout)
 
 
 _tensor._sharding_of = sharding_of

@@ -314,10 +314,10 @@ class Tensor:
 
     __rxor__ = __xor__  # commutative: x + y == y + x exactly, in value and dtype
 
-    def __eq__(self, other) -> Tensor:
+    def __eq__(self, other) -> Tensor:  # type: ignore[override]  # elementwise, as NumPy
         return _elementwise.equal(self, other)
 
-    def __ne__(self, other) -> Tensor:
+    def __ne__(self, other) -> Tensor:  # type: ignore[override]  # elementwise, as NumPy
         return _elementwise.not_equal(self, other)
 
     def __lt__(self, other) -> Tensor:

@@ -443,6 +443,8 @@ def where(condition, x=None, y=None) -> Tensor:
         )
     ci = _operand(condition, "where")
     xs, ys = type(x) in _SCALARS, type(y) in _SCALARS
+    xi: TensorImpl | Const
+    yi: TensorImpl | Const
     if xs and ys:  # two weakly typed scalars: no device array needed to find the dtype
         dt = promote(dtypes.scalar_dtype(x), dtypes.scalar_dtype(y))
         yi = Const(y, dt)

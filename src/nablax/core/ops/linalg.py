@@ -134,9 +134,9 @@ def dot(a, b) -> Tensor:
             f"{bi.shape[kb]} (dim {kb})",
         )
     la = _LETTERS[:na]
-    lb = list(_LETTERS[na : na + nb])
-    lb[kb] = la[-1]
-    lb = "".join(lb)
+    letters = list(_LETTERS[na : na + nb])
+    letters[kb] = la[-1]
+    lb = "".join(letters)
     out = la[:-1] + lb.replace(la[-1], "")
     return Tensor._wrap(bind(einsum_p, [ai, bi], (f"{la},{lb}->{out}", dt))[0])
 

@@ -86,7 +86,7 @@ _SEED = _Seed()
 
 class _ThreadKey(threading.local):
     def __init__(self) -> None:
-        self.key = None
+        self.key: Tensor | None = None
         self.generation = -1
 
 
@@ -134,6 +134,7 @@ def _thread_stream() -> Tensor:
                 base = Tensor._wrap(impl_from_array(data))
             _thread.key = base
             _thread.generation = _SEED.generation
+        assert _thread.key is not None  # set above for this seed generation
         return _thread.key
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import math
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -442,6 +443,7 @@ _install_rules()
 
 
 def _install_batch_rules() -> None:
+    fn: Callable
     for p, fn, out in (
         (reduce_sum_p, jnp.sum, _sum_dtype),
         (reduce_prod_p, jnp.prod, _sum_dtype),

@@ -249,9 +249,9 @@ def expand_dims(x, axis) -> Tensor:
 
 def _expand_dims(x, axis, op: str) -> Tensor:
     xi = _impl(x, op)
-    axes = _ints(op, "axis", axis)
-    nd = len(xi.shape) + len(axes)
-    axes = sorted(norm_axis(op, a, nd) for a in axes)
+    given = _ints(op, "axis", axis)
+    nd = len(xi.shape) + len(given)
+    axes = sorted(norm_axis(op, a, nd) for a in given)
     if len(set(axes)) != len(axes):
         raise op_error(ShapeError, op, f"repeated axis in axis={axis}")
     shape = list(xi.shape)

@@ -27,7 +27,7 @@ from typing import Any
 from ... import tree as _tree
 from ..build import bind
 from ..context import CTX
-from ..graph import _self_alive, split_ref
+from ..graph import _self_alive, src_node
 from ..ops import _shard
 from ..ops._batch import vmap_rule
 from ..ops.creation import zeros_like
@@ -49,6 +49,8 @@ custom_vjp_call_p = primitive(
 class _Record:
     """What the backward rule of one custom_vjp call needs."""
 
+    out_def: Any  # treedef of fwd's output, set once the call is traced
+
     def __init__(self, fn, res, arg_paths, tensor_pos, n_leaves, arg_treedefs, nondiff) -> None:
         self.fn = fn
         self.res = res
@@ -69,7 +71,7 @@ def _live(trace):
 def _traced(t: Tensor) -> bool:
     """Whether ``t`` is recorded by a live differentiation trace (kernel calls ask this too)."""
     src = t._impl.src
-    return src is not None and _live(split_ref(src)[0].trace) is not None
+    return src is not None and _live(src_node(src).trace) is not None
 
 
 def _call_trace(leaves):
@@ -77,7 +79,7 @@ def _call_trace(leaves):
     best = None
     for x in leaves:
         if isinstance(x, Tensor) and x._impl.src is not None:
-            t = _live(split_ref(x._impl.src)[0].trace)
+            t = _live(src_node(x._impl.src).trace)
             if t is not None and (best is None or t.level > best.level):
                 best = t
     return best
@@ -187,6 +189,7 @@ class custom_vjp:
         # (second order); the custom node sends no cotangent into fwd's internals
         stack = CTX.custom_fwd
         stack.append((self, trace))
+        assert self.fwd is not None  # checked by __call__
         try:
             result = self.fwd(*args)
         finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ... import tree as _tree
-from ..graph import end_trace, gc_paused, split_ref
+from ..graph import end_trace, gc_paused, out_ref, src_node
 from ..ops.creation import zeros_like
 from ..tensor import Tensor
 from .trace import (
@@ -29,7 +29,7 @@ from .vjp import _fname, _out_tensors, _split_aux, check_readable
 
 def forward_pass(outputs, tangents: dict) -> list:
     """Tangents of ``outputs`` (tensors) given ``{marker_node: tangent}``; None where zero."""
-    roots = [split_ref(t._impl.src)[0] for t in outputs if t._impl.src is not None]
+    roots = [src_node(t._impl.src) for t in outputs if t._impl.src is not None]
     markers = set(tangents)
     order = collect(roots, markers)
     dep = depends(order, markers)
@@ -38,10 +38,12 @@ def forward_pass(outputs, tangents: dict) -> list:
     for n in order:
         if n not in dep or n in markers:
             continue
-        tins = [tan.get(ref_key(inp)) if ref_key(inp) is not None else None for inp in n.inputs]
+        refs = n.inputs
+        assert refs is not None  # traced nodes keep their inputs while their trace is alive
+        tins = [tan.get(ref_key(inp)) if ref_key(inp) is not None else None for inp in refs]
         if all(t is None for t in tins):
             continue
-        ins = [tensor_of(inp, n, memo, k) for k, inp in enumerate(n.inputs)]
+        ins = [tensor_of(inp, n, memo, k) for k, inp in enumerate(refs)]
         touts = n.prim.rule("jvp")(n.params, tins, ins, LazyOutputs(n, memo))
         for j, t in enumerate(touts):
             if t is not None:
@@ -49,7 +51,7 @@ def forward_pass(outputs, tangents: dict) -> list:
     result = []
     for t in outputs:
         src = t._impl.src
-        result.append(None if src is None else tan.get(tuple(split_ref(src))))
+        result.append(None if src is None else tan.get(out_ref(src)))
     return result
 
 

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import Any
 
 from ... import _caches, _config
 from ..build import TensorImpl
 from ..context import note_pending
-from ..graph import SCALAR_TYPES, Const, Node, seq_of
+from ..graph import SCALAR_TYPES, Const, Node, seq_of, split_ref
 from ..realize import realize_impls
 from ..tensor import Tensor
 from .trace import Opaque, input_aval
@@ -113,7 +114,7 @@ def signature(order, markers, seeds, trace, depth: int = 0):
     fr = Frame(trace)
     env, depths, pos = fr.env, fr.depths, fr.pos
     memo: dict = {}
-    parts = []
+    parts: list[tuple[Any, ...]] = []
     for n in order:
         if n.trace is not trace:
             return None, None
@@ -161,7 +162,7 @@ def signature(order, markers, seeds, trace, depth: int = 0):
             (n.prim, n.params, tuple(codes), n.bdims, nout, n.values is not None, n in markers)
         )
     marker_slots = tuple(pos.get(m, -1) for m in markers)
-    seed_codes = []
+    seed_codes: list[tuple[Any, ...] | None] = []
     for t, ct in seeds:
         src = t._impl.src
         if src is None or ct is None:
@@ -173,11 +174,12 @@ def signature(order, markers, seeds, trace, depth: int = 0):
             return None, None
         cimpl = ct._impl
         cref = cimpl.src if cimpl.src is not None else cimpl.value
-        if type(cref) is Node or type(cref) is tuple:
-            cm = cref if type(cref) is Node else cref[0]
+        cr = split_ref(cref)
+        if cr is not None:
+            cm = cr[0]
             if cm.trace is not None:
                 return None, None
-            key = (cm, 0 if type(cref) is Node else cref[1])
+            key = (cm, cr[1])
             s = fr.ext_nodes.get(key)
             if s is None:
                 s = fr.ext_nodes[key] = len(env)
@@ -240,6 +242,7 @@ def _record(fr: Frame, markers, result: dict):
         n = stack.pop()
         if n.values is not None or (n.trace is not None and n.trace is not trace):
             return None
+        assert n.inputs is not None  # a pending node
         for inp in n.inputs:
             t = type(inp)
             if t is Node or t is tuple:

@@ -71,7 +71,7 @@ def scalar_key(leaf, where) -> tuple:
     return ("a", (), dtypes.canonicalize(leaf.dtype))
 
 
-def overflow_error(value: int, where: str) -> OverflowError:
+def overflow_error(value: int, where: str) -> Exception:
     return op_error(
         OverflowError,
         "compile",
@@ -224,6 +224,7 @@ def weak_binary(name: str, a, b):
     if ka is not None:
         strong = b if isinstance(b, Tensor) else Tensor._wrap(to_impl(b, op=name))
         return fn(_plain(a).astype(dtypes.promote_scalar(strong.dtype, ka)), strong)
+    assert kb is not None  # a or b is a TracedScalar
     strong = a if isinstance(a, Tensor) else Tensor._wrap(to_impl(a, op=name))
     return fn(strong, _plain(b).astype(dtypes.promote_scalar(strong.dtype, kb)))
 
@@ -247,6 +248,9 @@ class TracedScalar(Tensor):
 
     __slots__ = ("_kind", "_origins")
     __hash__ = Tensor.__hash__
+
+    _kind: type  # the Python number type it stands for
+    _origins: tuple[ScalarArg, ...]  # the arguments it was computed from
 
     # nablax's binary element-wise functions hand operands of this type here (ops/elementwise.py)
     _weak_binary = staticmethod(weak_binary)

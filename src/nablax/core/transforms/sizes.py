@@ -38,6 +38,8 @@ import linecache
 import math
 import numbers
 import sys
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -45,14 +47,17 @@ import numpy as np
 from ...errors import ShapeError
 from ..tensor import Tensor
 
-_DimExpr = type(jax.export.symbolic_shape("n")[0])
+if TYPE_CHECKING:
+    from jax._src.export.shape_poly import _DimExpr
+else:
+    _DimExpr = type(jax.export.symbolic_shape("n")[0])
 try:
     from jax._src.export.shape_poly import InconclusiveDimensionOperation as _Inconclusive
 except ImportError:  # pragma: no cover - another JAX layout
     _Inconclusive = ValueError  # type: ignore[assignment,misc]
 
 
-class SizeDependentError(_Inconclusive):  # type: ignore[misc,valid-type]
+class SizeDependentError(_Inconclusive):
     """A Python decision on a symbolic size whose outcome depends on the size."""
 
 
@@ -74,7 +79,7 @@ def _kind(frame) -> int:
 
 def _user_frame(depth: int):
     """The frame whose code took the decision (skipping NumPy), or None for nablax.core/JAX."""
-    f = sys._getframe(depth + 1)
+    f: FrameType | None = sys._getframe(depth + 1)
     while f is not None:
         k = _kind(f)
         if k != 1:
@@ -291,6 +296,9 @@ class Size(_DimExpr):
 
     __slots__ = ("_plain", "_guard")
 
+    _plain: Any  # JAX's own symbolic dimension (see :func:`guarded`)
+    _guard: Guard
+
     def __pow__(self, power, modulo=None):
         o = _operand(power, floats=False)
         if o is NotImplemented:
@@ -432,11 +440,7 @@ class SizedCall:
 def _symbolic_errors() -> tuple:
     from jax.export import is_symbolic_dim  # noqa: F401 - make sure the module is loaded
 
-    try:
-        from jax._src.export.shape_poly import InconclusiveDimensionOperation
-    except ImportError:  # pragma: no cover - older/newer JAX layouts
-        InconclusiveDimensionOperation = ValueError  # noqa: N806
-    return (InconclusiveDimensionOperation, TypeError, ShapeError, ValueError, IndexError)
+    return (_Inconclusive, TypeError, ShapeError, ValueError, IndexError)
 
 
 SYMBOLIC_ERRORS = _symbolic_errors()

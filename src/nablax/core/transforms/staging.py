@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import traceback
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,9 @@ def _check_no_placeholder(nodes) -> None:
         return
     origins = [SCALAR_ARGS.get(n) for n in needed]
     if all(o is not None for o in origins):
-        raise origins[0].error("read the value of", origins)
+        first = origins[0]
+        assert first is not None  # as all the others
+        raise first.error("read the value of", origins)
     raise GraphBreakError(
         f"nx.compile: the traced function needs a concrete value at {_user_frame()}. "
         f"Fix: keep values lazy inside the function (use nx.where instead of Python if, "
@@ -130,8 +133,9 @@ def forget_traced(placeholders, since: int | None = None) -> None:
     CTX.pending[:] = keep
 
 
-def make_placeholder(t: Tensor, k: int):
-    """``(node, tensor)``: a pending tensor standing for argument ``k`` (shape/dtype of ``t``)."""
+def make_placeholder(t: Any, k: int):
+    """``(node, tensor)``: a pending tensor standing for argument ``k`` (shape/dtype of ``t``, a
+    tensor or any object with ``shape`` and ``dtype``)."""
     node = Node(compile_input_p, (t.shape, t.dtype, k), (), 1, None)
     impl = TensorImpl(node, None, t.shape, t.dtype)
     node.outs = (weakref.ref(impl),)

@@ -12,12 +12,13 @@ forward values it needs from the node's inputs.
 from __future__ import annotations
 
 import weakref
+from typing import Any
 
 import jax
 import numpy as np
 
 from ..build import TensorImpl
-from ..graph import SCALAR_TYPES, Const, Node, _next_seq, end_trace, seq_of, split_ref
+from ..graph import SCALAR_TYPES, Const, Node, _next_seq, end_trace, seq_of, split_ref, src_node
 from ..ops._batch import to_full_batch
 from ..sharding import DeviceMesh, ShardingSpec, named_layout, propagate
 from ..tensor import Tensor
@@ -63,6 +64,22 @@ class Body:
         "out_codes",
         "out_bds",
     )
+
+    key: tuple[Any, ...]  # the structure: equal keys lower to the same program
+    _hash: int
+    mesh: DeviceMesh
+    ins: list[_In]
+    outs: list[tuple[Node, int]]  # the sub-graph's outputs
+    out_avals: tuple[tuple[Any, Any], ...]  # logical (shape, dtype) per output
+    out_bshape: tuple[Any, ...]  # the batch shape of the node's outputs
+    lits: list[tuple[Any, np.dtype]]  # (value, dtype) of each scalar input, after the tensors
+    plan: list[ShardingSpec | None]  # logical spec per output (None: unconstrained)
+    in_sh: tuple[Any, ...]  # NamedSharding (or None) per tensor input
+    out_sh: tuple[Any, ...]  # NamedSharding (or None) per output
+    steps: tuple[tuple[Any, ...], ...]  # (prim, params, codes, bdims, base slot, nout) per node
+    n_slots: int
+    out_codes: tuple[int, ...]
+    out_bds: tuple[int, ...]
 
     def __eq__(self, other: object) -> bool:
         return other is self or (
@@ -144,8 +161,8 @@ class Stage:
         """The body computing ``outs`` from the inputs; ``out_specs``: one logical spec (or
         None: unconstrained) per output, or None to infer the plan."""
         lo = min(i.ph.seq for i in self.ins) if self.ins else _next_seq()
-        roots = [split_ref(t._impl.src) for t in outs if t._impl.src is not None]
-        dep, order = _dependent([r[0] for r in roots], [i.ph for i in self.ins], lo)
+        roots = [src_node(t._impl.src) for t in outs if t._impl.src is not None]
+        dep, order = _dependent(roots, [i.ph for i in self.ins], lo)
         capture = _Captures(self, dep, lo)
         out_refs = []
         for t in outs:
@@ -159,7 +176,7 @@ class Stage:
                     (capture(impl.ref, impl.shape, impl.dtype, impl.batch_shape, nb), 0)
                 )
         for n in order:
-            if any(split_ref(i) is None or not dep[split_ref(i)[0]] for i in n.inputs):
+            if any((r := split_ref(i)) is None or not dep[r[0]] for i in n.inputs):
                 n.inputs = tuple(capture.convert(n, k, i) for k, i in enumerate(n.inputs))
         order = sorted(order + capture.markers(), key=seq_of)
         return _make_body(self.ins, order, out_refs, outs, mesh, out_specs)
@@ -258,7 +275,8 @@ def _make_body(ins, order, out_refs, outs, mesh, out_specs) -> Body:
     b.out_bds = tuple(len(s) for s in bshapes)
     slot = {i.ph: k for k, i in enumerate(b.ins)}
     n = len(b.ins)
-    steps, lits = [], []
+    steps: list[tuple[Any, ...]] = []
+    lits: list[tuple[Any, np.dtype]] = []
     for node in order:
         codes = []
         for inp in node.inputs:

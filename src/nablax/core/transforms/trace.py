@@ -38,7 +38,7 @@ class _LeafRegistry:
 
     def add(self, t) -> None:
         key = id(t)
-        self._ids[key] = weakref.ref(t, lambda _, k=key: self._forget(k))
+        self._ids[key] = weakref.ref(t, lambda _: self._forget(key))
 
     def _forget(self, key: int) -> None:
         self._ids.pop(key, None)
@@ -214,13 +214,13 @@ def node_avals(node: Node, memo: dict) -> list:
             memo[n] = known
             stack.pop()
             continue
-        missing = [
-            r[0] for inp in n.inputs if (r := split_ref(inp)) is not None and r[0] not in memo
-        ]
+        ins = n.inputs
+        assert ins is not None  # no output or value knows the avals: the node is pending
+        missing = [r[0] for inp in ins if (r := split_ref(inp)) is not None and r[0] not in memo]
         if missing:
             stack.extend(missing)
             continue
-        in_avals = [input_aval(inp, n, memo, k) for k, inp in enumerate(n.inputs)]
+        in_avals = [input_aval(inp, n, memo, k) for k, inp in enumerate(ins)]
         memo[n] = list(n.prim.abstract_eval(n.params, *in_avals))
         stack.pop()
     return memo[node]

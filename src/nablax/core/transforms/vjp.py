@@ -21,7 +21,7 @@ from ... import tree as _tree
 from ...errors import op_error
 from ..build import TensorImpl
 from ..context import CTX
-from ..graph import end_trace, gc_paused, split_ref
+from ..graph import end_trace, gc_paused, out_ref, src_node
 from ..ops.creation import ones_like, zeros
 from ..tensor import Tensor
 from . import plan as _plan
@@ -51,7 +51,7 @@ def backward_pass(seeds, markers, trace=None, depth: int = 0) -> dict:
     """
     key = frame = None
     if trace is not None and _config.get("backward_plans"):
-        roots = [split_ref(t._impl.src)[0] for t, ct in seeds if t._impl.src is not None]
+        roots = [src_node(t._impl.src) for t, ct in seeds if t._impl.src is not None]
         key, frame = _plan.signature(collect(roots, markers), markers, seeds, trace, depth)
         if key is not None:
             plan = _plan.lookup(key)
@@ -66,6 +66,7 @@ def backward_pass(seeds, markers, trace=None, depth: int = 0) -> dict:
     finally:
         ctx.vjp_depth = saved
     if key is not None:
+        assert frame is not None  # signature() gives both or neither
         _plan.record(key, frame, markers, result)
     return result
 
@@ -77,7 +78,7 @@ def _run_rules(seeds, markers, depth: int) -> dict:
         src = t._impl.src
         if src is None or ct is None:
             continue
-        r = split_ref(src)
+        r = out_ref(src)
         _accumulate(cts, r, ct)
         roots.append(r[0])
     order = collect(roots, markers)
@@ -96,9 +97,11 @@ def _run_rules(seeds, markers, depth: int) -> dict:
         out_cts = [cts.pop((n, j), None) for j in range(nout)]
         if all(c is None for c in out_cts):
             continue
-        ins = [tensor_of(inp, n, memo, k) for k, inp in enumerate(n.inputs)]
+        refs = n.inputs
+        assert refs is not None  # traced nodes keep their inputs while their trace is alive
+        ins = [tensor_of(inp, n, memo, k) for k, inp in enumerate(refs)]
         in_cts = n.prim.rule("vjp")(n.params, out_cts, ins, LazyOutputs(n, memo))
-        for inp, ct, x in zip(n.inputs, in_cts, ins):
+        for inp, ct, x in zip(refs, in_cts, ins):
             if ct is None:
                 continue
             key = ref_key(inp)
@@ -220,7 +223,7 @@ def check_readable(api: str, f, what: str, t: Tensor) -> Tensor:
 def _cotangents(per_arg, grads: dict, single: bool, api: str = "vjp", f=None):
     out = []
     for a, (treedef, nodes, leaves) in enumerate(per_arg):
-        vals = []
+        vals: list[Any] = []
         for node, leaf in zip(nodes, leaves):
             if node is None:
                 vals.append(None)
@@ -414,7 +417,7 @@ def _backward(self: Tensor, gradient=None) -> None:
             "backward: this tensor does not depend on any tensor with requires_grad_() "
             "(or its graph was already freed)"
         )
-    roots = [split_ref(src)[0]]
+    roots = [src_node(src)]
     markers = {n for n in collect(roots, set(LEAVES.by_marker)) if n in LEAVES.by_marker}
     if not markers:
         raise RuntimeError(
