@@ -16,12 +16,12 @@ Everything runs in one process and the script prints one markdown table. Cases:
    blocks of 5, the peers taking turns block by block (order rotated each round), and the block
    time is reported per op: ``block / (5 * 2000)``, graph building and realization amortized over
    the chain's ops. ``jax.jit`` is one call of the whole jitted chain (for reference: no per-op
-   work at all); JAX eager dispatches op by op. Target: nablax <= 3 us/op (median over blocks).
+   work at all); JAX eager dispatches op by op. Target: nablax <= 2 us/op (median over blocks).
 2. The same chain on 1024x1024: per-chain time (each chain's result computed; blocks of 1, as one
    chain takes 70 ms or more). Target: nablax <= 1.2x ``jax.jit``.
 3. First realization of a *new* 10-op and 2000-op graph (caches cleared, a shape never seen
    before) against the first call of a fresh ``jax.jit`` of a new Python function on the same
-   computation: both pay tracing, lowering and XLA compilation. Target: nablax <= 2x.
+   computation: both pay tracing, lowering and XLA compilation. Target: nablax <= 1.1x.
 
 Before timing, each chain's result is compared with ``jax.jit``'s (max abs difference printed).
 The thread counts are printed: PyTorch's OpenMP workers wait for each other at the end of every
@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 CHAIN_ITERS = 1000  # each iteration is 2 ops (multiply, add)
 CHAIN_OPS = 2 * CHAIN_ITERS
 BLOCK = 5  # chains per timed block (case 1)
-TARGET_US = 3.0
+TARGET_US = 2.0
 COLUMNS = ("nablax", "numpy", "torch", "jax eager", "jax.jit")
 
 
@@ -251,8 +251,8 @@ def case_first(n_iters: int, reps: int) -> Row:
     vals.update({"nablax": t_nx * 1e3, "jax.jit": t_jax * 1e3})
     ratio = t_nx / t_jax
     line = (
-        f"{verdict(ratio <= 2.0)} first realization of a new {2 * n_iters}-op graph: nablax "
-        f"{t_nx * 1e3:.0f} ms = {ratio:.2f}x a fresh jax.jit {t_jax * 1e3:.0f} ms (target <= 2x)"
+        f"{verdict(ratio <= 1.1)} first realization of a new {2 * n_iters}-op graph: nablax "
+        f"{t_nx * 1e3:.0f} ms = {ratio:.2f}x a fresh jax.jit {t_jax * 1e3:.0f} ms (target <= 1.1x)"
     )
     return Row(
         f"first realization, new {2 * n_iters}-op graph", "ms", vals, f"{ratio:.2f}x jax.jit", line

@@ -37,7 +37,7 @@ The thread counts are printed: PyTorch's OpenMP workers wait for each other at t
 op, so on a machine where other processes hold cores its multi-threaded median can be many times
 its best (compare the best blocks, or pass ``--torch-threads 1``).
 
-Target: the eager nablax step <= 1.2x ``jax.jit`` (median over blocks).
+Target: the eager nablax step <= 1.1x ``jax.jit`` and faster than PyTorch eager (median over blocks).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ LR = 0.01
 N_BATCHES = 4  # distinct batches, cycled
 AGREE_STEPS = 5
 BLOCK = 5  # steps per timed block, ending with every parameter computed
-TARGET = 1.2  # eager nablax step / jax.jit step
+TARGET = 1.1  # eager nablax step / jax.jit step
 COLUMNS = ("nablax", "nx.compile", "jax.jit", "torch")
 
 

@@ -252,3 +252,16 @@ def test_compiled_function_called_while_tracing_runs_inline():
     info = outer.cache_info()
     assert (info.traces, info.executables, info.hits) == (1, 1, 1)
     assert inner.cache_info().misses == 0  # never called on its own
+
+
+def test_lazy_arguments_are_computed_by_one_program():
+    @nx.compile
+    def f(a, b, c):
+        return a + 1, b + 1, c + 1
+
+    args = [nx.zeros_like(nx.ones(s)) for s in ((3,), (4,), (3,))]  # pending arguments
+    r0 = nx.cache_info().realizations
+    out = f(*args)
+    assert [o.tolist() for o in out] == [[1.0] * 3, [1.0] * 4, [1.0] * 3]
+    assert nx.cache_info().realizations - r0 == 1  # not one program per lazy argument
+    assert all(a.is_realized for a in args)

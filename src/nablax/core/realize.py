@@ -25,6 +25,7 @@ import itertools
 import operator
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import jax
@@ -120,21 +121,30 @@ def realize_impls(impls) -> None:
         _realize(roots)
 
 
+# Programs of more nodes than this take their Python scalars as arguments from the start: their
+# compile time is what matters (a loop that reads a value once per epoch builds one large graph per
+# epoch, whose step-dependent scalars would cost a second compile), and literals make no
+# measurable difference to the run time of a large program.
+_BAKE_MAX_NODES = 512
+
+
 class _Entry:
     """Executables of one graph structure.
 
-    The first program of a structure bakes its Python scalars in as literals (what ``jax.jit`` of a
-    closure would do: fastest to compile and run). If the structure comes back with different scalar
-    values, a second program that takes the scalars as arguments is compiled and used from then on,
-    so a loop whose scalars change (a learning-rate schedule, a counter) compiles at most twice.
+    The first program of a small structure bakes its Python scalars in as literals (what
+    ``jax.jit`` of a closure would do: fastest to compile and run). If the structure comes back with
+    different scalar values, a second program that takes the scalars as arguments is compiled and
+    used from then on, so a loop whose scalars change (a learning-rate schedule, a counter)
+    compiles at most twice. A structure of more than ``_BAKE_MAX_NODES`` nodes gets the second
+    kind at once.
     """
 
     __slots__ = ("baked_fn", "baked_bytes", "param_fn")
 
     def __init__(self) -> None:
-        self.baked_fn = None
-        self.baked_bytes = None
-        self.param_fn = None
+        self.baked_fn: Callable | None = None
+        self.baked_bytes: list[bytes] | None = None
+        self.param_fn: Callable | None = None
 
 
 def _realize(roots) -> None:
@@ -159,7 +169,7 @@ def _realize(roots) -> None:
 
 def _boundary(rest: dict, first: dict) -> list:
     """Nodes of ``first`` that nodes of ``rest`` read (outputs of the first program)."""
-    out = {}
+    out: dict = {}
     for node in rest:
         for inp in node.inputs:
             t = type(inp)
@@ -174,22 +184,25 @@ def _run(seen: dict, boundary) -> None:
     entry = _S.cache.get(key)
     if entry is None:
         entry = _S.cache[key] = _Entry()
-        entry.baked_fn = _compile(key, consts)
-        entry.baked_bytes = [c.tobytes() for c in consts]
+        if consts and len(seen) > _BAKE_MAX_NODES:
+            fn = entry.param_fn = _compile(key, None)
+        else:
+            entry.baked_fn = _compile(key, consts)
+            entry.baked_bytes = [c.tobytes() for c in consts]
+            fn = None
         _evict()
-        fn = None
     else:
         _S.cache.move_to_end(key)
         fn = entry.param_fn
         if fn is not None:
             _S.hits += 1
-        elif all(c.tobytes() == b for c, b in zip(consts, entry.baked_bytes)):
+        elif all(c.tobytes() == b for c, b in zip(consts, entry.baked_bytes or ())):
             _S.hits += 1
         else:
             fn = entry.param_fn = _compile(key, None)
             entry.baked_fn = entry.baked_bytes = None
     # the baked program takes only the arrays (its scalars are literals)
-    results = entry.baked_fn(leaves) if fn is None else fn(leaves, consts)
+    results = entry.baked_fn(leaves) if fn is None else fn(leaves, consts)  # type: ignore[misc]
     _S.realizations += 1
     CTX.epoch += 1
     _store(out_impls, results)
@@ -462,7 +475,8 @@ def _store(out_impls, results) -> None:
                 node.trace.kept.append(weakref.ref(node))
 
 
-_tracing_check = None  # set by transforms/staging.py: raises on a placeholder in a program
+# set by transforms/staging.py: raises on a placeholder in a program
+_tracing_check: Callable[..., None] | None = None
 
 
 def tracing_guard(what: str) -> None:

@@ -72,6 +72,7 @@ from ...errors import GraphBreakError
 from ..build import TensorImpl
 from ..context import CTX
 from ..graph import src_node
+from ..realize import realize_impls
 from ..tensor import Tensor
 from .compile_info import LIVE, CacheInfo
 from .scalars import (
@@ -122,6 +123,18 @@ class _Entry:
         "out_sizes",
     )
 
+    fn: Callable[..., Any]  # the program: ``fn(*arrays, *captured)``
+    captured: list[Any]  # realized arrays the traced graph read
+    out_def: Any  # treedef of the output pytree
+    out_slots: list[int]  # leaves that are tensors
+    out_consts: list[Any]  # the other leaves (None at tensor slots)
+    out_avals: list[tuple[Any, Any]]  # (shape, dtype) per tensor leaf
+    eager: bool  # a graph break: this signature runs eagerly
+    fast_key: tuple[Any, ...] | None
+    single: bool  # the output is one tensor
+    sizes: set[tuple[Any, ...]] | None
+    out_sizes: list[tuple[int, Any]] | tuple[()]
+
     def __init__(self) -> None:
         self.eager = False
         self.fast_key = None
@@ -152,6 +165,8 @@ class _Entry:
 
 class Compiled:
     """A function compiled with :func:`compile` (callable like the original)."""
+
+    __qualname__: str  # the wrapped function's (functools.update_wrapper)
 
     def __init__(self, f, static_argnums, static_argnames, dynamic_dims, fullgraph, max_size):
         functools.update_wrapper(self, f)
@@ -318,6 +333,13 @@ class Compiled:
         return leaf_label(self._sig, self._static_positions(n_args), n_args, dyn_args, k, fix)
 
     def _run(self, entry: _Entry, leaves, env=None):
+        pending = [
+            t._impl
+            for t in leaves
+            if isinstance(t, Tensor) and t._impl.value is None and not t._impl.batch_shape
+        ]
+        if len(pending) > 1:  # lazy arguments: one program computes them all, not one each
+            realize_impls(pending)
         arrays = [
             leaf._realized_value() if isinstance(leaf, Tensor) else leaf
             for leaf in leaves
@@ -375,7 +397,8 @@ class Compiled:
             out = trace_graph(lambda *a: self._f(*a, **call_kw), call_args, placeholders)
         except GraphBreakError as e:
             if guard is not None and guard.first:  # a size decision came first: per size
-                return self._not_polymorphic(guard, e)
+                self._not_polymorphic(guard, e)
+                return None
             if self._fullgraph:
                 raise
             warnings.warn(
@@ -390,18 +413,21 @@ class Compiled:
         except Exception as e:
             if guard is None or not (guard.first or isinstance(e, SYMBOLIC_ERRORS)):
                 raise
-            return self._not_polymorphic(guard, e)
+            self._not_polymorphic(guard, e)
+            return None
         finally:
             if guard is not None:
                 guard.active = False  # sizes kept past the trace are stale
         if guard is not None and guard.first:  # the function caught SizeDependentError
-            return self._not_polymorphic(guard, None)
+            self._not_polymorphic(guard, None)
+            return None
         try:
             entry = self._build(out, placeholders, dyn, env)
         except Exception as e:  # e.g. an op JAX cannot export shape-polymorphically
             if guard is None:
                 raise
-            return self._not_polymorphic(guard, e)
+            self._not_polymorphic(guard, e)
+            return None
         self._store(key, entry)
         return entry
 
