@@ -121,22 +121,15 @@ def realize_impls(impls) -> None:
         _realize(roots)
 
 
-# Programs of more nodes than this take their Python scalars as arguments from the start: their
-# compile time is what matters (a loop that reads a value once per epoch builds one large graph per
-# epoch, whose step-dependent scalars would cost a second compile), and literals make no
-# measurable difference to the run time of a large program.
-_BAKE_MAX_NODES = 512
-
-
 class _Entry:
     """Executables of one graph structure.
 
-    The first program of a small structure bakes its Python scalars in as literals (what
-    ``jax.jit`` of a closure would do: fastest to compile and run). If the structure comes back with
-    different scalar values, a second program that takes the scalars as arguments is compiled and
-    used from then on, so a loop whose scalars change (a learning-rate schedule, a counter)
-    compiles at most twice. A structure of more than ``_BAKE_MAX_NODES`` nodes gets the second
-    kind at once.
+    The first program of a structure bakes its Python scalars in as literals (what ``jax.jit`` of a
+    closure would do: fastest to compile and run). If the structure comes back with different scalar
+    values, a second program that takes the scalars as arguments is compiled and used from then on,
+    so a loop whose scalars change (a learning-rate schedule, a counter) compiles at most twice.
+    (Taking the scalars as arguments from the start was measured slower: a program reads each
+    scalar with its own slice, and 1000+ slices double XLA's compile time of a large graph.)
     """
 
     __slots__ = ("baked_fn", "baked_bytes", "param_fn")
@@ -184,13 +177,10 @@ def _run(seen: dict, boundary) -> None:
     entry = _S.cache.get(key)
     if entry is None:
         entry = _S.cache[key] = _Entry()
-        if consts and len(seen) > _BAKE_MAX_NODES:
-            fn = entry.param_fn = _compile(key, None)
-        else:
-            entry.baked_fn = _compile(key, consts)
-            entry.baked_bytes = [c.tobytes() for c in consts]
-            fn = None
+        entry.baked_fn = _compile(key, consts)
+        entry.baked_bytes = [c.tobytes() for c in consts]
         _evict()
+        fn = None
     else:
         _S.cache.move_to_end(key)
         fn = entry.param_fn
