@@ -53,6 +53,7 @@ from sklearn.datasets import load_digits
 import nablax as nx
 from _common import environment, load_warning, med_best, profile, threads, time_blocks, verdict
 from _common import fmt as _fmt
+from bench_mlp import jax_loss, nx_loss  # the same MLP cross-entropy loss
 
 SIZES = (64, 256, 256, 10)
 BATCH = 64
@@ -87,15 +88,6 @@ def init_params(seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 # ---- nablax ----------------------------------------------------------------------------------
-
-
-def nx_loss(params, x, y):
-    h = x
-    for w, b in params[:-1]:
-        h = nx.relu(h @ w + b)
-    w, b = params[-1]
-    logp = nx.log_softmax(h @ w + b, axis=-1)
-    return -nx.mean(nx.take_along_axis(logp, y[:, None], axis=1))
 
 
 def nx_step(params, m, v, t, x, y):
@@ -141,15 +133,6 @@ class NablaxRunner:
 
 
 # ---- JAX -------------------------------------------------------------------------------------
-
-
-def jax_loss(params, x, y):
-    h = x
-    for w, b in params[:-1]:
-        h = jax.nn.relu(h @ w + b)
-    w, b = params[-1]
-    logp = jax.nn.log_softmax(h @ w + b, axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
 
 
 @jax.jit
