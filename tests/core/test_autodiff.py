@@ -19,8 +19,8 @@ import nablax as nx
 from nablax import _config
 from nablax.core import realize as _realize
 from nablax.core.graph import src_node
-from nablax.core.ops import _rules
 from nablax.core.primitive import REGISTRY
+from nablax.core.prims import _rules
 from nablax.core.transforms import plan
 
 try:

@@ -213,8 +213,8 @@ def _memo_names(path: Path) -> list[str]:
 _HOT_PATH_MEMOS = {
     "core/dtypes.py _promote_cache",
     "core/dtypes.py _weak_cache",
-    "core/ops/elementwise.py _kind_cache",
-    "core/ops/_util.py _bcast_cache",
+    "core/prims/elementwise.py _kind_cache",
+    "core/prims/_util.py _bcast_cache",
 }
 
 

@@ -15,10 +15,10 @@ import pytest
 
 import nablax as nx
 from nablax.core.build import bind
-from nablax.core.ops import index as _index
-from nablax.core.ops import linalg as _linalg
-from nablax.core.ops import reduce as _reduce
-from nablax.core.ops import shape as _shape
+from nablax.core.prims import index as _index
+from nablax.core.prims import linalg as _linalg
+from nablax.core.prims import reduce as _reduce
+from nablax.core.prims import shape as _shape
 from nablax.core.tensor import Tensor
 
 RTOL, ATOL = 2e-5, 2e-5

@@ -1,16 +1,26 @@
 """The ``Primitive`` record and the registry of all primitives.
 
-A primitive is one record holding every rule nablax knows about it: the shape/dtype rule
-(``abstract_eval``), the lowering to ``jax.lax``/``jax.numpy`` (``lower``), and slots for the JVP, VJP
-(transpose), batching and sharding rules that the transforms use. Interpreters look rules up in the
-record, never by name; a missing rule raises :class:`MissingRuleError` naming the transform and the
-primitive. Composite ops (softmax, var, ...) are plain Python functions over primitives and need no
-record.
+A primitive is one declarative record holding every rule nablax knows about it, all given when it
+is created: the shape/dtype rule (``abstract_eval``), the lowering to ``jax.lax``/``jax.numpy``
+(``lower``), and the JVP, VJP (transpose), batching and sharding rules that the transforms use.
+Records are frozen: no module attaches a rule later, so the call that creates a primitive is the
+one place to read all of it. Interpreters look rules up in the record, never by name; a missing
+rule raises :class:`MissingRuleError` naming the transform and the primitive. The array
+primitives live in ``nablax.core.prims``; composite ops (softmax, var, ...) are plain Python
+functions over them (``nablax.core.ops``) and need no record.
 
 Rule signatures (``params`` is the node's hashable tuple of static parameters):
 
 - ``abstract_eval(params, *avals) -> tuple[Aval, ...]`` where an ``Aval`` is ``(shape, dtype)``;
-- ``lower(params, *jax_values) -> jax value`` (a tuple when ``multiple_results``).
+- ``lower(params, *jax_values) -> jax value`` (a tuple when ``multiple_results``);
+- ``jvp(params, tangents, primals, outs)`` and ``vjp(params, cts, primals, outs)``:
+  core/prims/_rules.py;
+- ``batch(params, bds, *values)``: core/prims/_batch.py;
+- ``shard(params, layouts, in_avals, out_avals)``: core/prims/_shard.py.
+
+Rules shared by a family (the element-wise derivative from a table of partials, ``jax.vmap`` of
+the lowering, rules derived from JAX) need the record they belong to: ``rules=`` takes a function
+of the new record that returns them (``{"jvp": ..., "batch": ...}``).
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from typing import Any
 from ..errors import NablaxError
 
 Aval = tuple  # (shape: tuple[int, ...], dtype: np.dtype)
+RuleFactory = Callable[["Primitive"], dict[str, Callable]]  # the new record -> {kind: rule}
 
 
 class MissingRuleError(NablaxError, NotImplementedError):
@@ -43,26 +54,55 @@ class Primitive:
         "doc",
     )
 
+    name: str
+    abstract_eval: Callable[..., tuple]
+    lower: Callable[..., Any]
+    multiple_results: bool
+    differentiable: bool
+    doc: str
+    jvp: Callable | None
+    vjp: Callable | None
+    batch: Callable | None
+    shard: Callable | None
+
     def __init__(
         self,
         name: str,
         abstract_eval: Callable[..., tuple],
         lower: Callable[..., Any],
         *,
+        jvp: Callable | None = None,
+        vjp: Callable | None = None,
+        batch: Callable | None = None,
+        shard: Callable | None = None,
+        rules: RuleFactory | tuple[RuleFactory, ...] | None = None,
         multiple_results: bool = False,
         differentiable: bool = True,
         doc: str = "",
     ) -> None:
-        self.name = name
-        self.abstract_eval = abstract_eval
-        self.lower = lower
-        self.multiple_results = multiple_results
-        self.differentiable = differentiable
-        self.doc = doc
-        self.jvp: Callable | None = None
-        self.vjp: Callable | None = None
-        self.batch: Callable | None = None
-        self.shard: Callable | None = None
+        init = object.__setattr__
+        init(self, "name", name)
+        init(self, "abstract_eval", abstract_eval)
+        init(self, "lower", lower)
+        init(self, "multiple_results", multiple_results)
+        init(self, "differentiable", differentiable)
+        init(self, "doc", doc)
+        given = {"jvp": jvp, "vjp": vjp, "batch": batch, "shard": shard}
+        for kind, r in given.items():
+            init(self, kind, r)
+        factories = rules if isinstance(rules, tuple) else (rules,) if rules else ()
+        for factory in factories:  # a family's shared rules, made for this record
+            for kind, r in factory(self).items():
+                if kind not in given:
+                    raise TypeError(f"nablax: unknown rule kind {kind!r} for primitive {name!r}")
+                if given[kind] is None:  # a rule given by name wins over the family's
+                    init(self, kind, r)
+
+    def _frozen_setattr(self, attr: str, value: Any) -> None:  # TODO(this change): __setattr__
+        raise AttributeError(
+            f"nablax: primitive {self.name!r} is a frozen record; give its {attr} rule to "
+            f"primitive(...) where it is created"
+        )
 
     def rule(self, kind: str) -> Callable:
         """The rule of ``kind`` (``"jvp"``, ``"vjp"``, ``"batch"``, ``"shard"``) or a clear error."""
@@ -70,7 +110,7 @@ class Primitive:
         if r is None:
             raise MissingRuleError(
                 f"nablax: primitive {self.name!r} has no {kind} rule, so the {kind} transform cannot "
-                f"run through it. Define it next to the primitive in nablax/core/ops/."
+                f"run through it. Give it to the primitive's record (nablax/core/prims/)."
             )
         return r
 

@@ -55,9 +55,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from . import tensor as _tensor
 from .build import bind, impl_from_array
 from .graph import Node, split_ref, src_node, toposort
-from .ops import _rules
-from .ops._shard import fit
 from .primitive import primitive
+from .prims import _rules
+from .prims._shard import fit
 from .tensor import Tensor
 from .transforms.trace import input_aval, node_avals
 
@@ -232,7 +232,7 @@ sharding_constraint_p = primitive(
 sharding_constraint_p.batch = _constraint_batch
 sharding_constraint_p.shard = lambda params, lays, ins, outs: (params[0].layout(),)
 # the constraint is the identity on values: its tangent and cotangent get the same layout
-_rules.linear(
+_rules.linear_install(
     sharding_constraint_p,
     lambda params, ct, x: Tensor._wrap(bind(sharding_constraint_p, [ct._impl], params)[0]),
 )

@@ -1,11 +1,10 @@
-"""Op families, one file each. Importing this package registers every primitive and gives
-``Tensor``'s methods (declared in core/tensor.py) the modules they delegate to.
+"""The NumPy-style functions, one file per family, over the primitives of ``nablax.core.prims``.
 
-The ``*_rules`` modules hold the derivative, batching and sharding rules of the elementwise, shape
-and index primitives (written with ops of every family, so they sit above all of them): importing
-them here installs the rules before any op can be used.
+Importing this package registers every primitive (through ``prims``) and gives ``Tensor``'s
+methods (declared in core/tensor.py) the modules they delegate to.
 """
 
+from .. import prims as _prims  # noqa: F401  (registers every primitive)
 from .. import sharding as _sharding
 from .. import tensor as _tensor
 from ..transforms import jvp as _jvp  # noqa: F401  (registers Tensor.backward & co)
@@ -13,16 +12,13 @@ from ..transforms import vjp as _vjp  # noqa: F401
 from . import (  # noqa: F401
     creation,
     elementwise,
-    elementwise_rules,
     index,
-    index_rules,
     kernel_call,  # the graph node of nablax.kernels calls on Tensors
     linalg,
     nn,
     random,
     reduce,
     shape,
-    shape_rules,
 )
 
 _tensor.bind_method_modules(

@@ -21,11 +21,11 @@ from ...kernels import executor as _executor
 from ...kernels._call import CallSpec
 from ..build import bind
 from ..primitive import Primitive, primitive
+from ..prims import _rules
+from ..prims._batch import vmap_rule
+from ..prims._shard import replicated
 from ..tensor import Tensor, to_impl
 from ..transforms.custom import _traced
-from . import _rules
-from ._batch import vmap_rule
-from ._shard import replicated
 from .creation import zeros_like
 
 _avals: dict = {}  # (spec, ...) -> traced output structure; bounded like the executor's memo

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from .. import dtypes
+from ..prims._util import norm_axes
 from ..tensor import Tensor, to_impl
-from ._util import norm_axes
 from .elementwise import (
     astype,
     erf,

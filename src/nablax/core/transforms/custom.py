@@ -28,11 +28,11 @@ from ... import tree as _tree
 from ..build import bind
 from ..context import CTX
 from ..graph import _self_alive, src_node
-from ..ops import _shard
-from ..ops._batch import vmap_rule
 from ..ops.creation import zeros_like
 from ..ops.elementwise import stop_gradient
 from ..primitive import primitive
+from ..prims import _shard
+from ..prims._batch import vmap_rule
 from ..tensor import Tensor
 from .trace import Opaque
 from .vjp import _fname

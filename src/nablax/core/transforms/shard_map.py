@@ -51,8 +51,8 @@ from ... import tree as _tree
 from ...errors import GraphBreakError
 from ..build import make_outputs
 from ..graph import Const, Node, deeper
-from ..ops._rules import cast_like, is_float_tensor
 from ..primitive import primitive
+from ..prims._rules import cast_like, is_float_tensor
 from ..sharding import DeviceMesh, ShardingSpec
 from ..tensor import Tensor
 from .jvp import forward_pass

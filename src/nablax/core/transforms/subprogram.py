@@ -19,7 +19,7 @@ import numpy as np
 
 from ..build import TensorImpl
 from ..graph import SCALAR_TYPES, Const, Node, _next_seq, end_trace, seq_of, split_ref, src_node
-from ..ops._batch import to_full_batch
+from ..prims._batch import to_full_batch
 from ..sharding import DeviceMesh, ShardingSpec, named_layout, propagate
 from ..tensor import Tensor
 from .staging import _Tracing, compile_input_p, forget_traced

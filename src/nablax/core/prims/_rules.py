@@ -9,7 +9,7 @@ Rule signatures (``params`` is the node's static tuple; lists have one entry per
 tangent or cotangent means zero. Rules are written with nablax ops, so derivatives are lazy graphs
 that can be differentiated again.
 
-:func:`derive_from_jax` gives a primitive rules by asking JAX for the derivative of its lowering:
+``rules=derived_from_jax`` gives a primitive rules by asking JAX for the derivative of its lowering:
 the rule binds a new nablax primitive (``vjp[name]``/``jvp[name]``) whose lowering is ``jax.vjp``/
 ``jax.jvp`` of the original lowering, and whose own rules are derived the same way, so any order
 works. The shape, reduce, index and linalg families have native rules; ``einsum`` keeps the derived
@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 
 from ..build import TensorImpl, bind
-from ..primitive import Primitive
+from ..primitive import Primitive, RuleFactory
 from ..tensor import Tensor, to_impl
 from ._batch import vmap_rule
 from ._shard import replicated
@@ -57,30 +57,30 @@ def zero_vjp(params, cts, primals, outs):
     return [None] * len(primals)
 
 
-def nondifferentiable(*prims: Primitive) -> None:
-    """Outputs that are integers, indices or random bits: zero derivative, as in JAX."""
-    for p in prims:
-        p.jvp = zero_jvp
-        p.vjp = zero_vjp
+# Outputs that are integers, indices or random bits: zero derivative, as in JAX
+# (``primitive(..., **NONDIFFERENTIABLE)``).
+NONDIFFERENTIABLE = {"jvp": zero_jvp, "vjp": zero_vjp}
 
 
-def linear(prim: Primitive, transpose) -> None:
+def linear(transpose) -> RuleFactory:
     """Rules of a primitive linear in its (only) tensor input: jvp applies it to the tangent,
-    vjp applies ``transpose(params, ct, x)``."""
+    vjp applies ``transpose(params, ct, x)`` (``primitive(..., rules=linear(transpose))``)."""
 
-    def jvp(params, tangents, primals, outs):
-        t = tangents[0]
-        if t is None:
-            return [None]
-        return [Tensor._wrap(bind(prim, [t._impl], params)[0])]
+    def rules(prim: Primitive) -> dict:
+        def jvp(params, tangents, primals, outs):
+            t = tangents[0]
+            if t is None:
+                return [None]
+            return [Tensor._wrap(bind(prim, [t._impl], params)[0])]
 
-    def vjp(params, cts, primals, outs):
-        if cts[0] is None or not is_float_tensor(primals[0]):
-            return [None]
-        return [transpose(params, cts[0], primals[0])]
+        def vjp(params, cts, primals, outs):
+            if cts[0] is None or not is_float_tensor(primals[0]):
+                return [None]
+            return [transpose(params, cts[0], primals[0])]
 
-    prim.jvp = jvp
-    prim.vjp = vjp
+        return {"jvp": jvp, "vjp": vjp}
+
+    return rules
 
 
 # ---- rules derived from JAX ------------------------------------------------------------------
@@ -124,8 +124,7 @@ def _vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
         _, pull = jax.vjp(f, *[primals[i] for i in diff_in])
         return tuple(pull(tuple(cts)))
 
-    p = Primitive(f"vjp[{prim.name}]", aval, lower, multiple_results=True)
-    derive_from_jax(p)
+    p = Primitive(f"vjp[{prim.name}]", aval, lower, multiple_results=True, rules=derived_from_jax)
     _derived[key] = p
     return p
 
@@ -148,8 +147,7 @@ def _jvp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
         _, t_out = jax.jvp(f, tuple(primals[i] for i in diff_in), tuple(tans))
         return tuple(t_out)
 
-    p = Primitive(f"jvp[{prim.name}]", aval, lower, multiple_results=True)
-    derive_from_jax(p)
+    p = Primitive(f"jvp[{prim.name}]", aval, lower, multiple_results=True, rules=derived_from_jax)
     _derived[key] = p
     return p
 
@@ -158,8 +156,10 @@ def _float_outputs(outs) -> tuple:
     return tuple(j for j, o in enumerate(outs) if is_float_tensor(o))
 
 
-def derive_from_jax(prim: Primitive) -> Primitive:
-    """Give ``prim`` jvp/vjp rules derived from JAX's derivative of its lowering."""
+def derived_from_jax(prim: Primitive) -> dict:
+    """Rules of ``prim`` derived from JAX's derivative of its lowering (``primitive(...,
+    rules=derived_from_jax)``); batching through ``jax.vmap`` of the lowering and a replicated
+    sharding unless the record gives its own."""
 
     def vjp(params, cts, primals, outs):
         diff_in = tuple(i for i, x in enumerate(primals) if is_float_tensor(x))
@@ -189,10 +189,29 @@ def derive_from_jax(prim: Primitive) -> Primitive:
             res[j] = Tensor._wrap(r)
         return res
 
-    prim.vjp = vjp
-    prim.jvp = jvp
-    if prim.batch is None:  # derived primitives (vjp[...], jvp[...]) batch through jax.vmap
-        prim.batch = vmap_rule(prim)
-    if prim.shard is None:
-        prim.shard = replicated
+    return {"jvp": jvp, "vjp": vjp, "batch": vmap_rule(prim), "shard": replicated}
+
+
+# ---- TRANSITION ONLY (deleted when every family declares its records) ---------------------------
+def _attach(prim, rules: dict) -> None:
+    for k, r in rules.items():
+        object.__setattr__(prim, k, r)
+
+
+def nondifferentiable(*prims) -> None:
+    for p in prims:
+        _attach(p, NONDIFFERENTIABLE)
+
+
+def linear_install(prim, transpose) -> None:
+    _attach(prim, linear(transpose)(prim))
+
+
+def derive_from_jax(prim):
+    r = derived_from_jax(prim)
+    if prim.batch is not None:
+        del r["batch"]
+    if prim.shard is not None:
+        del r["shard"]
+    _attach(prim, r)
     return prim

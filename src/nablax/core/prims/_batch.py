@@ -112,3 +112,8 @@ def vmap_rule(prim):
         return jnp.reshape(out, bshape + tuple(out.shape[1:]))
 
     return rule
+
+
+def batched_by_vmap(prim) -> dict:
+    """``primitive(..., rules=batched_by_vmap)``: batch the record's lowering with ``jax.vmap``."""
+    return {"batch": vmap_rule(prim)}
