@@ -213,7 +213,7 @@ def _memo_names(path: Path) -> list[str]:
 _HOT_PATH_MEMOS = {
     "core/dtypes.py _promote_cache",
     "core/dtypes.py _weak_cache",
-    "core/prims/elementwise.py _kind_cache",
+    "core/prims/elementwise_build.py _kind_cache",
     "core/prims/_util.py _bcast_cache",
 }
 

@@ -13,7 +13,6 @@ graphs that can be differentiated again. Importing this package registers every 
 from . import (  # noqa: F401
     creation,
     elementwise,
-    elementwise_rules,
     index,
     index_rules,
     linalg,

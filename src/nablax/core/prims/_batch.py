@@ -117,3 +117,8 @@ def vmap_rule(prim):
 def batched_by_vmap(prim) -> dict:
     """``primitive(..., rules=batched_by_vmap)``: batch the record's lowering with ``jax.vmap``."""
     return {"batch": vmap_rule(prim)}
+
+
+def batched_elementwise(prim) -> dict:
+    """``primitive(..., rules=batched_elementwise)``: the element-wise batch rule."""
+    return {"batch": elementwise_rule(prim)}

@@ -1,85 +1,249 @@
-"""Elementwise primitives: unary math, binary arithmetic/comparison/bitwise, select, convert.
+"""The element-wise primitives: one table row per primitive holds everything about it.
 
-Elementwise primitives broadcast implicitly (NumPy rules) and carry the dtype they compute in as
-their only parameter, so mixed-dtype inputs and weakly typed Python scalars need no extra nodes.
-Building these ops is the hot path of eager code, so :func:`_binary` is written for speed: one
-``Node``, one ``TensorImpl`` and one ``Tensor`` per op, with cached dtype and shape decisions.
+A row of :data:`UNARY` or :data:`BINARY` gives, for one primitive named as NumPy names the
+function:
 
-Functions take NumPy's names; ``asin acos atan asinh acosh atanh`` (Nabla's and PyTorch's
-spellings) are the same functions as ``arcsin`` & co. Values are bit for bit ``jax.numpy``'s:
+- its dtype kind (``arith``, ``float``, ``compare``, ...): the shape/dtype rule (NumPy broadcasting,
+  the kind's computation and output dtypes; core/prims/elementwise_build.py);
+- its lowering: the ``jax.numpy``/``lax`` function, called on inputs cast to the computation dtype;
+- its derivative: the partial derivative(s) of the output, as nablax ops of the inputs and the
+  output, from which the jvp and vjp rules are made (``None``: a zero derivative, as for ``sign``
+  or ``floor``, or no float output, as for comparisons);
+- batching and sharding: the element-wise rules every row shares (broadcast the batch prefixes;
+  outputs are laid out as their inputs).
 
->>> import nablax as nx
->>> nx.arcsin(nx.tensor([0.0, 1.0])).tolist(), nx.asin is nx.arcsin
-([0.0, 1.5707963705062866], True)
->>> nx.cosh(nx.tensor(0.0)).item(), nx.tensor([2.0, 4.0]).reciprocal().tolist()
-(1.0, [0.5, 0.25])
+``select`` (``where``), ``convert_element_type`` (``astype``) and ``stop_gradient`` are written out
+as records below the tables. Each primitive has one builder (``exp``, ``add``, ...), which the
+NumPy-style functions of core/ops/elementwise.py re-export next to the composites (``exp2``,
+``trunc``, ...).
+
+Derivative formulas are JAX's (lax.py), so that boundary points give JAX's inf/nan.
 """
 
 from __future__ import annotations
 
 import math
-import weakref
 
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
-from ... import _config
-from ...errors import DTypeError, op_error
+from ...errors import op_error
 from .. import dtypes
-from ..build import TensorImpl, batch_info, bind
-from ..context import CTX, note_pending
+from ..build import TensorImpl, bind
 from ..dtypes import bool_, promote, promote_scalar
-from ..graph import Const, Node, deeper
+from ..graph import Const
 from ..primitive import primitive
-from ..realize import realize_impls
-from ..tensor import Tensor, to_impl
+from ..tensor import Tensor
+from . import _shard
+from ._batch import batched_elementwise
+from ._rules import NONDIFFERENTIABLE, unbroadcast
 from ._util import broadcast_shapes
-from .elementwise_table import BINARY, KINDS, UNARY
+from .elementwise_build import (
+    _SCALARS,
+    _operand,
+    _unary,
+    cast_lower,
+    elementwise_aval,
+    make_binary,
+    make_unary,
+)
 
-_wref = weakref.ref
-_SCALARS = {bool, int, float, complex}
-_cfg_get = _config.get
-_new_tensor = object.__new__
+_TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
+_LN2, _INV_LN10 = math.log(2), 1 / math.log(10)
 
-_kind_cache: dict[tuple, tuple] = {}
+# ---- the records -----------------------------------------------------------------------------
+# name: (dtype kind, lowering, d(out)/d(x) as a function of (x, out) or None)
+UNARY = {
+    "negative": ("arith", jnp.negative, lambda x, y: -1.0),
+    "abs": ("real", jnp.abs, lambda x, y: where(greater_equal(x, 0), 1.0, -1.0)),  # JAX: 1 at 0
+    "sign": ("arith", jnp.sign, None),
+    "exp": ("float", jnp.exp, lambda x, y: y),
+    "log": ("float", jnp.log, lambda x, y: 1.0 / x),
+    "log1p": ("float", jnp.log1p, lambda x, y: 1.0 / (x + 1.0)),
+    "log2": ("float", jnp.log2, lambda x, y: 1.0 / x / _LN2),
+    "log10": ("float", jnp.log10, lambda x, y: 1.0 / x * _INV_LN10),
+    "expm1": ("float", jnp.expm1, lambda x, y: y + 1.0),
+    "sqrt": ("float", jnp.sqrt, lambda x, y: 0.5 / y),
+    "rsqrt": ("float", lax.rsqrt, lambda x, y: -0.5 * y / x),
+    "sin": ("float", jnp.sin, lambda x, y: cos(x)),
+    "cos": ("float", jnp.cos, lambda x, y: -sin(x)),
+    "tan": ("float", jnp.tan, lambda x, y: 1.0 + y * y),
+    "tanh": ("float", jnp.tanh, lambda x, y: 1.0 - y * y),
+    # arcsin at +-1 and arccosh at 1 give inf; arccosh below -1 has a finite slope (nan value)
+    "arcsin": ("float", jnp.arcsin, lambda x, y: rsqrt(1.0 - x * x)),
+    "arccos": ("float", jnp.arccos, lambda x, y: -rsqrt(1.0 - x * x)),
+    "arctan": ("float", jnp.arctan, lambda x, y: 1.0 / (1.0 + x * x)),
+    "sinh": ("float", jnp.sinh, lambda x, y: cosh(x)),
+    "cosh": ("float", jnp.cosh, lambda x, y: sinh(x)),
+    "arcsinh": ("float", jnp.arcsinh, lambda x, y: rsqrt(x * x + 1.0)),
+    "arccosh": ("float", jnp.arccosh, lambda x, y: rsqrt(x * x - 1.0)),
+    "arctanh": ("float", jnp.arctanh, lambda x, y: 1.0 / (1.0 + x) / (1.0 - x)),
+    "sigmoid": ("float", lax.logistic, lambda x, y: y * (1.0 - y)),
+    "erf": ("float", lax.erf, lambda x, y: _TWO_OVER_SQRT_PI * exp(-(x * x))),
+    "floor": ("real", jnp.floor, None),
+    "ceil": ("real", jnp.ceil, None),
+    "round": ("real", jnp.round, None),
+    "isnan": ("predicate", jnp.isnan, None),
+    "isinf": ("predicate", jnp.isinf, None),
+    "isfinite": ("predicate", jnp.isfinite, None),
+    "invert": ("bitwise", jnp.invert, None),
+}
 
 
-def _resolve(op: str, kind: str, d) -> tuple:
-    try:
-        return _kind_cache[(op, d)]
-    except KeyError:
-        r = KINDS[kind](op, d)
-        r = ((r[0],), r[1])  # params tuple, output dtype
-        _kind_cache[(op, d)] = r
-        return r
+def _reciprocal(b):
+    # a Python scalar stays a scalar (weakly typed), except 0, which must give inf like JAX
+    if type(b) in _SCALARS and b != 0:
+        return 1.0 / b
+    return divide(1.0, b)
 
 
-def _elementwise_aval(op, kind):
-    def abstract_eval(params, *avals):
-        shape = broadcast_shapes(op, *[a[0] for a in avals])
-        d = avals[0][1]
-        for a in avals[1:]:
-            d = promote(d, a[1])
-        return ((shape, _resolve(op, kind, d)[1]),)
-
-    return abstract_eval
+def _balanced(a, b, y):
+    # JAX's rule for max/min: the winner gets the whole tangent, ties split it evenly
+    return where(equal(a, y), where(equal(b, y), 0.5, 1.0), 0.0)
 
 
-# ---- primitive tables ------------------------------------------------------------------------
+def _power_base_partial(a, b, y):
+    if type(b) in (int, float):  # a Python exponent (x ** 2): fold the test in Python
+        return 0.0 if b == 0 else b * power(a, b - 1)
+    return where(equal(b, 0), 0.0, b * power(a, b - 1))
 
 
-def _cast_lower(fn):
-    def lower(params, *xs):
-        dt = params[0]
-        return fn(*[x if x.dtype == dt else x.astype(dt) for x in xs])
+# name: (dtype kind, lowering, (d(out)/d(a), d(out)/d(b)) as functions of (a, b, out) or None)
+BINARY = {
+    "add": ("arith", jnp.add, (lambda a, b, y: 1.0, lambda a, b, y: 1.0)),
+    "subtract": ("arith", jnp.subtract, (lambda a, b, y: 1.0, lambda a, b, y: -1.0)),
+    "multiply": ("arith", jnp.multiply, (lambda a, b, y: b, lambda a, b, y: a)),
+    "divide": ("float", jnp.true_divide, (lambda a, b, y: _reciprocal(b), lambda a, b, y: -y / b)),
+    "floor_divide": ("arith", jnp.floor_divide, None),
+    "mod": ("arith", jnp.remainder, (lambda a, b, y: 1.0, lambda a, b, y: -floor(divide(a, b)))),
+    "power": (
+        "arith",
+        jnp.power,
+        (_power_base_partial, lambda a, b, y: log(where(equal(a, 0), 1.0, a)) * y),
+    ),
+    "maximum": (
+        "arith",
+        jnp.maximum,
+        (lambda a, b, y: _balanced(a, b, y), lambda a, b, y: _balanced(b, a, y)),
+    ),
+    "minimum": (
+        "arith",
+        jnp.minimum,
+        (lambda a, b, y: _balanced(a, b, y), lambda a, b, y: _balanced(b, a, y)),
+    ),
+    "arctan2": (
+        "float",
+        jnp.arctan2,
+        (lambda a, b, y: b / (a * a + b * b), lambda a, b, y: -a / (a * a + b * b)),
+    ),
+    "equal": ("compare", jnp.equal, None),
+    "not_equal": ("compare", jnp.not_equal, None),
+    "less": ("compare", jnp.less, None),
+    "less_equal": ("compare", jnp.less_equal, None),
+    "greater": ("compare", jnp.greater, None),
+    "greater_equal": ("compare", jnp.greater_equal, None),
+    "bitwise_and": ("bitwise", jnp.bitwise_and, None),
+    "bitwise_or": ("bitwise", jnp.bitwise_or, None),
+    "bitwise_xor": ("bitwise", jnp.bitwise_xor, None),
+}
 
-    return lower
+# ---- derivative rules from the partials --------------------------------------------------------
+
+
+def _is_float_dtype(d) -> bool:
+    return dtypes.is_inexact(d)
+
+
+def _scale(t, partial):
+    # partials of add/subtract are the literals 1.0 / -1.0: no multiply node for those
+    if type(partial) is float:
+        if partial == 1.0:
+            return t
+        if partial == -1.0:
+            return negative(t)
+    return t * partial
+
+
+def _unary_derivative(partial) -> dict:
+    def jvp(params, tangents, primals, outs):
+        t = tangents[0]
+        if t is None or not _is_float_dtype(outs[0].dtype):
+            return [None]
+        dt = outs[0].dtype
+        return [astype(astype(t, dt) * partial(primals[0], outs[0]), dt)]
+
+    def vjp(params, cts, primals, outs):
+        ct, x = cts[0], primals[0]
+        if ct is None or not _is_float_dtype(x.dtype):
+            return [None]
+        g = ct * partial(astype(x, outs[0].dtype), outs[0])
+        return [astype(g, x.dtype)]
+
+    return {"jvp": jvp, "vjp": vjp}
+
+
+def _binary_derivative(partials) -> dict:
+    pa, pb = partials
+
+    def operands(primals, dt):
+        # scalars stay Python scalars (weakly typed); tensors compute in the op's dtype
+        return [p if type(p) is not Tensor else astype(p, dt) for p in primals]
+
+    def jvp(params, tangents, primals, outs):
+        dt = outs[0].dtype
+        if not _is_float_dtype(dt):
+            return [None]
+        a, b = operands(primals, params[0])
+        y = outs[0]
+        acc = None
+        for t, p in zip(tangents, (pa, pb)):
+            if t is not None:
+                term = _scale(astype(t, dt), p(a, b, y))
+                acc = term if acc is None else acc + term
+        if acc is not None:
+            acc = astype(acc, dt)
+            if acc.shape != y.shape:
+                acc = acc.broadcast_to(y.shape)
+        return [acc]
+
+    def vjp(params, cts, primals, outs):
+        ct = cts[0]
+        if ct is None or not _is_float_dtype(outs[0].dtype):
+            return [None, None]
+        a, b = operands(primals, params[0])
+        y = outs[0]
+        res = []
+        for x, p in zip(primals, (pa, pb)):
+            if type(x) is not Tensor or not _is_float_dtype(x.dtype):
+                res.append(None)
+                continue
+            g = unbroadcast(_scale(ct, p(a, b, y)), x.shape)
+            res.append(astype(g, x.dtype))
+        return res
+
+    return {"jvp": jvp, "vjp": vjp}
+
+
+def _record(name: str, kind: str, lower, derivative: dict):
+    return primitive(
+        name,
+        elementwise_aval(name, kind),
+        cast_lower(lower),
+        **derivative,
+        rules=batched_elementwise,
+        shard=_shard.elementwise,
+    )
 
 
 PRIMS = {}
-for _name, (_kind, _fn) in {**UNARY, **BINARY}.items():
-    PRIMS[_name] = primitive(_name, _elementwise_aval(_name, _kind), _cast_lower(_fn))
+for _name, (_kind, _fn, _partial) in UNARY.items():
+    _d = NONDIFFERENTIABLE if _partial is None else _unary_derivative(_partial)
+    PRIMS[_name] = _record(_name, _kind, _fn, _d)
+for _name, (_kind, _fn, _partials) in BINARY.items():
+    _d = NONDIFFERENTIABLE if _partials is None else _binary_derivative(_partials)
+    PRIMS[_name] = _record(_name, _kind, _fn, _d)
+
+# ---- select, convert_element_type, stop_gradient -------------------------------------------------
 
 
 def _select_aval(params, c, x, y):
@@ -92,217 +256,80 @@ def _select_lower(params, c, x, y):
     return jnp.where(c.astype(bool), x.astype(dt), y.astype(dt))
 
 
-select = primitive("select", _select_aval, _select_lower)
+def _select_jvp(params, tangents, primals, outs):
+    _, tx, ty = tangents
+    if tx is None and ty is None:
+        return [None]
+    c = primals[0]
+    dt = outs[0].dtype
+    tx = astype(tx, dt) if tx is not None else 0.0
+    ty = astype(ty, dt) if ty is not None else 0.0
+    return [where(c, tx, ty).broadcast_to(outs[0].shape)]
 
 
-def _convert_aval(params, x):
-    return ((x[0], params[0]),)
+def _select_vjp(params, cts, primals, outs):
+    ct = cts[0]
+    c, x, y = primals
+    if ct is None:
+        return [None, None, None]
+    res = [None]
+    for v, first in ((x, True), (y, False)):
+        if type(v) is Tensor and _is_float_dtype(v.dtype):
+            branch = where(c, ct, 0.0) if first else where(c, 0.0, ct)
+            res.append(astype(unbroadcast(branch, v.shape), v.dtype))
+        else:
+            res.append(None)  # a scalar or integer branch has no cotangent: build nothing
+    return res
 
 
-def _convert_lower(params, x):
-    return lax.convert_element_type(x, params[0])
+select = primitive(
+    "select",
+    _select_aval,
+    _select_lower,
+    jvp=_select_jvp,
+    vjp=_select_vjp,
+    rules=batched_elementwise,
+    shard=_shard.elementwise,
+)
 
 
-convert = primitive("convert_element_type", _convert_aval, _convert_lower)
+def _convert_jvp(params, tangents, primals, outs):
+    t = tangents[0]
+    if t is None or not _is_float_dtype(params[0]) or not _is_float_dtype(primals[0].dtype):
+        return [None]
+    return [astype(t, params[0])]
+
+
+def _convert_vjp(params, cts, primals, outs):
+    ct, x = cts[0], primals[0]
+    if ct is None or not _is_float_dtype(x.dtype) or not _is_float_dtype(params[0]):
+        return [None]
+    return [astype(ct, x.dtype)]
+
+
+convert = primitive(
+    "convert_element_type",
+    lambda params, x: ((x[0], params[0]),),
+    lambda params, x: lax.convert_element_type(x, params[0]),
+    jvp=_convert_jvp,
+    vjp=_convert_vjp,
+    rules=batched_elementwise,
+    shard=_shard.elementwise,
+)
+
+_stop_gradient = primitive(
+    "stop_gradient",
+    lambda params, x: (x,),
+    lambda params, x: lax.stop_gradient(x),
+    **NONDIFFERENTIABLE,
+    rules=batched_elementwise,
+    shard=_shard.elementwise,
+)
 
 # ---- builders --------------------------------------------------------------------------------
 
-
-def _check_int(op: str, v: int, dtype) -> None:
-    """A Python int must fit the integer dtype it is materialized in (JAX raises the same)."""
-    if dtypes.is_integer(dtype) or dtype == bool_:
-        info = np.iinfo(dtype) if dtype != bool_ else None
-        if info is None or not info.min <= v <= info.max:
-            raise op_error(
-                OverflowError,
-                op,
-                f"Python int {v} does not fit dtype {dtype}",
-                "cast the tensor to a wider or float dtype first",
-            )
-
-
-def _operand(x, op: str) -> TensorImpl:
-    return to_impl(x, op=op)  # its errors name ``op`` (TypeError, OverflowError, ...)
-
-
-def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:
-    """The node and output of an element-wise op; ``bdims`` as ``Node.bdims`` (None: unbatched)."""
-    node = Node(prim, params, inputs, depth, trace)
-    if trace is not None:
-        node.avals = ((shape, out_dt),)
-    if bdims is not None:
-        node.bdims = bdims
-        out = TensorImpl(node, None, shape, out_dt, bdims[1])
-    else:
-        out = TensorImpl(node, None, shape, out_dt)
-    wr = _wref(out)
-    node.outs = (wr,)
-    pending = CTX.pending
-    if len(pending) < 4096:  # inlined fast path of note_pending
-        pending.append(wr)
-    else:
-        note_pending(wr)
-    if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
-        realize_impls([out])
-    t = object.__new__(Tensor)
-    t._impl = out
-    return t
-
-
-def _binary(name: str, a, b) -> Tensor:
-    """Build ``name(a, b)`` for a tensor and a tensor/scalar/array-like, in either order."""
-    prim = PRIMS[name]
-    ta = type(a)
-    tb = type(b)
-    if ta is Tensor and tb in _SCALARS:
-        ti, s, first = a._impl, b, False
-    elif tb is Tensor and ta in _SCALARS:
-        ti, s, first = b._impl, a, True
-    else:
-        # a weakly typed traced scalar (a Python number argument under nx.compile) promotes itself
-        if ta is not Tensor and hasattr(ta, "_weak_binary"):
-            return ta._weak_binary(name, a, b)
-        if tb is not Tensor and hasattr(tb, "_weak_binary"):
-            return tb._weak_binary(name, a, b)
-        ai = a._impl if ta is Tensor else _operand(a, name)
-        bi = b._impl if tb is Tensor else _operand(b, name)
-        return _binary_tt(name, prim, ai, bi)
-    params, out_dt = _resolve(name, BINARY[name][0], promote_scalar(ti.dtype, type(s)))
-    if type(s) is int and not -2147483648 <= s <= 2147483647:
-        _check_int(name, s, params[0])
-    if name == "power" and not first and type(s) is int and s < 0 and dtypes.is_integer(params[0]):
-        raise op_error(
-            DTypeError,
-            "power",
-            f"integers cannot be raised to negative integer powers ({s})",
-            "use a float base, e.g. x.astype(nx.float32) ** -1",
-        )
-    c = s  # bare scalar input: materialized in dtype params[0] (see graph.py)
-    ref = ti.src
-    if ref is None:
-        ref, depth, trace = ti.value, 1, None
-    else:
-        n = ref if type(ref) is Node else ref[0]
-        depth, trace = n.depth + 1, n.trace
-    inputs = (c, ref) if first else (ref, c)
-    b = ti.batch_shape
-    bdims = None if not b else (((0, len(b)) if first else (len(b), 0)), b)
-    return _finish(prim, params, inputs, depth, ti.shape, out_dt, bdims, trace)
-
-
-def _binary_tt(name, prim, ai: TensorImpl, bi: TensorImpl) -> Tensor:
-    params, out_dt = _resolve(name, BINARY[name][0], promote(ai.dtype, bi.dtype))
-    sa, sb = ai.shape, bi.shape
-    shape = sa if sa == sb else broadcast_shapes(name, sa, sb)
-    depth = 0
-    trace = None
-    ra = ai.src
-    if ra is None:
-        ra = ai.value
-    else:
-        n = ra if type(ra) is Node else ra[0]
-        depth, trace = n.depth, n.trace
-    rb = bi.src
-    if rb is None:
-        rb = bi.value
-    else:
-        n = rb if type(rb) is Node else rb[0]
-        if n.depth > depth:
-            depth = n.depth
-        if n.trace is not None:
-            trace = deeper(trace, n.trace)
-    bdims = batch_info(name, (ai, bi)) if ai.batch_shape or bi.batch_shape else None
-    return _finish(prim, params, (ra, rb), depth + 1, shape, out_dt, bdims, trace)
-
-
-def _unary(name: str, x) -> Tensor:
-    prim = PRIMS[name]
-    xi = x._impl if type(x) is Tensor else _operand(x, name)
-    params, out_dt = _resolve(name, UNARY[name][0], xi.dtype)
-    ref = xi.src
-    if ref is None:
-        ref, depth, trace = xi.value, 1, None
-    else:
-        n = ref if type(ref) is Node else ref[0]
-        depth, trace = n.depth + 1, n.trace
-    b = xi.batch_shape
-    return _finish(
-        prim, params, (ref,), depth, xi.shape, out_dt, ((len(b),), b) if b else None, trace
-    )
-
-
-def _make_unary(name):
-    def f(x):
-        return _unary(name, x)
-
-    f.__name__ = f.__qualname__ = name
-    f.__doc__ = f"Element-wise ``{name}`` (as ``jax.numpy.{name}``); lazy, returns a new Tensor."
-    return f
-
-
-def _make_binary(name):
-    # Specialized per op: the tensor-with-Python-scalar case (``x * 1.5``) is the hottest path of
-    # eager code, so it is inlined here with a per-op cache of dtype decisions.
-    prim = PRIMS[name]
-    kind = BINARY[name][0]
-    scalar_cache: dict = {}
-    check_neg = name == "power"  # negative integer exponents are checked on the general path
-
-    def scalar_rule(d, st):
-        r = scalar_cache.get((d, st))
-        if r is None:
-            r = scalar_cache[(d, st)] = _resolve(name, kind, promote_scalar(d, st))
-        return r
-
-    def f(x1, x2):
-        if (
-            type(x1) is Tensor
-            and type(x2) in _SCALARS
-            and not (check_neg and type(x2) is int and x2 < 0)
-        ):
-            ti = x1._impl
-            r = scalar_cache.get((ti.dtype, type(x2)))
-            params, out_dt = r if r is not None else scalar_rule(ti.dtype, type(x2))
-            if type(x2) is int and not -2147483648 <= x2 <= 2147483647:
-                _check_int(name, x2, params[0])
-            ref = ti.src
-            if ref is None:
-                ref, depth, trace = ti.value, 1, None
-            else:
-                n = ref if type(ref) is Node else ref[0]
-                depth, trace = n.depth + 1, n.trace
-            # _finish, inlined; the bare scalar is materialized in dtype params[0] (see graph.py)
-            node = Node(prim, params, (ref, x2), depth, trace)
-            if trace is not None:
-                node.avals = ((ti.shape, out_dt),)
-            b = ti.batch_shape
-            if b:
-                node.bdims = ((len(b), 0), b)
-            out = TensorImpl(node, None, ti.shape, out_dt, b)
-            wr = _wref(out)
-            node.outs = (wr,)
-            pending = CTX.pending
-            if len(pending) < 4096:
-                pending.append(wr)
-            else:
-                note_pending(wr)
-            if not depth & 63 and depth > _cfg_get("max_graph_depth"):
-                realize_impls([out])
-            t = _new_tensor(Tensor)
-            t._impl = out
-            return t
-        return _binary(name, x1, x2)
-
-    f.__name__ = f.__qualname__ = name
-    f.__doc__ = (
-        f"Element-wise ``{name}`` with NumPy broadcasting and JAX type promotion (Python scalars "
-        f"are weakly typed)."
-    )
-    return f
-
-
-_fns = {n: _make_unary(n) for n in UNARY}
-_fns.update({n: _make_binary(n) for n in BINARY})
+_fns = {n: make_unary(n, PRIMS[n], UNARY[n][0]) for n in UNARY}
+_fns.update({n: make_binary(n, PRIMS[n], BINARY[n][0]) for n in BINARY})
 negative = _fns["negative"]
 abs = _fns["abs"]  # noqa: A001 - NumPy name
 sign = _fns["sign"]
@@ -353,69 +380,15 @@ greater_equal = _fns["greater_equal"]
 bitwise_and = _fns["bitwise_and"]
 bitwise_or = _fns["bitwise_or"]
 bitwise_xor = _fns["bitwise_xor"]
-true_divide = divide
-remainder = mod
-# Nabla's and PyTorch's spellings: the same function objects
-asin, acos, atan, asinh, acosh, atanh = arcsin, arccos, arctan, arcsinh, arccosh, arctanh
 
 
 def round(x, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy name
     """Round half to even, as ``numpy.round``; ``decimals`` may be non-zero for float tensors."""
+    prim = PRIMS["round"]
     if decimals == 0:
-        return _unary("round", x)
+        return _unary("round", prim, "real", x)
     scale = 10.0**decimals
-    return _unary("round", x * scale) / scale
-
-
-def square(x) -> Tensor:
-    """``x * x``."""
-    return multiply(x, x)
-
-
-# Composites: jnp computes these with the same operations (the same bits in every dtype, complex
-# included), so they need no primitive of their own and every transform comes for free. (log2 and
-# log10 are primitives: as composites, complex zeros and infinities gave nan parts.)
-_LN2 = math.log(2)  # the constant XLA's exp2 multiplies by, rounded to the input's dtype
-
-
-def _tensor(x, op: str) -> Tensor:
-    return x if type(x) is Tensor else Tensor._wrap(_operand(x, op))
-
-
-def exp2(x) -> Tensor:
-    """``2 ** x``, as ``jax.numpy.exp2`` (which XLA computes as ``exp(x * log(2))``, as here).
-
-    >>> import nablax as nx
-    >>> nx.exp2(nx.tensor([-1, 0, 3])).tolist()
-    [0.5, 1.0, 8.0]
-    """
-    return exp(multiply(_tensor(x, "exp2"), _LN2))
-
-
-def reciprocal(x) -> Tensor:
-    """``1 / x``, as ``jax.numpy.reciprocal`` and ``torch.reciprocal``: ints and bools give float32
-    (``numpy.reciprocal`` keeps integers), ``1 / 0`` is inf.
-
-    >>> import nablax as nx
-    >>> nx.reciprocal(nx.tensor([2, 0])).tolist()
-    [0.5, inf]
-    """
-    return divide(1.0, _tensor(x, "reciprocal"))
-
-
-def trunc(x) -> Tensor:
-    """Round towards zero, as ``jax.numpy.trunc``; integer and bool tensors come back unchanged.
-
-    >>> import nablax as nx
-    >>> nx.trunc(nx.tensor([-1.7, 2.5])).tolist()
-    [-1.0, 2.0]
-    """
-    t = _tensor(x, "trunc")
-    if dtypes.is_complex(t.dtype):
-        raise op_error(DTypeError, "trunc", f"not defined for complex dtype {t.dtype}")
-    if not dtypes.is_inexact(t.dtype):
-        return t
-    return where(less(t, 0), ceil(t), floor(t))
+    return _unary("round", prim, "real", x * scale) / scale
 
 
 def astype(x, dtype) -> Tensor:
@@ -463,6 +436,17 @@ def where(condition, x=None, y=None) -> Tensor:
     return Tensor._wrap(bind(select, [ci, xi, yi], (dt,))[0])
 
 
+def stop_gradient(x) -> Tensor:
+    """Identity whose gradient is zero (see ``nx.grad``)."""
+    xi = x._impl if type(x) is Tensor else _operand(x, "stop_gradient")
+    out = bind(_stop_gradient, [xi])[0]
+    out.src.trace = None  # constant for every transform: never walked, freed like eager code
+    return Tensor._wrap(out)
+
+
+# Composites that other primitive families' rules use (the rest: core/ops/elementwise.py)
+
+
 def clip(x, min=None, max=None) -> Tensor:  # noqa: A002 - NumPy names
     """Limit values to ``[min, max]`` (either may be ``None``), as ``numpy.clip``."""
     out = x if type(x) is Tensor else Tensor._wrap(_operand(x, "clip"))
@@ -473,41 +457,5 @@ def clip(x, min=None, max=None) -> Tensor:  # noqa: A002 - NumPy names
     return out
 
 
-def logical_not(x) -> Tensor:
-    return invert(astype(x, bool_))
-
-
 def logical_and(x1, x2) -> Tensor:
     return bitwise_and(astype(x1, bool_), astype(x2, bool_))
-
-
-def logical_or(x1, x2) -> Tensor:
-    return bitwise_or(astype(x1, bool_), astype(x2, bool_))
-
-
-def logical_xor(x1, x2) -> Tensor:
-    return bitwise_xor(astype(x1, bool_), astype(x2, bool_))
-
-
-def stop_gradient(x) -> Tensor:
-    """Identity whose gradient is zero (see ``nx.grad``)."""
-    xi = x._impl if type(x) is Tensor else _operand(x, "stop_gradient")
-    out = bind(_stop_gradient, [xi])[0]
-    out.src.trace = None  # constant for every transform: never walked, freed like eager code
-    return Tensor._wrap(out)
-
-
-_stop_gradient = primitive(
-    "stop_gradient", lambda params, x: (x,), lambda params, x: lax.stop_gradient(x)
-)
-
-
-# Tensor methods named as the functions (PyTorch's tensors have all of these)
-_METHODS = (
-    "exp log log1p expm1 sqrt rsqrt sin cos tan tanh sigmoid erf floor ceil sign isnan isinf "
-    "isfinite arcsin arccos arctan sinh cosh arcsinh arccosh arctanh asin acos atan asinh acosh "
-    "atanh trunc log2 log10 exp2 reciprocal"
-).split()
-
-
-# Derivative, batching and sharding rules: elementwise_rules.py (imported by ops/__init__.py).

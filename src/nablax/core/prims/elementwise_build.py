@@ -1,0 +1,315 @@
+"""Building element-wise nodes: the dtype policies of the element-wise primitives and the builders
+that bind them (core/prims/elementwise.py creates the records and one builder per record).
+
+Building these ops is the hot path of eager code, so the builders are written for speed: one
+``Node``, one ``TensorImpl`` and one ``Tensor`` per op, with cached dtype and shape decisions, and
+the tensor-with-Python-scalar case inlined per op. An element-wise primitive's only parameter is
+the dtype it computes in, so mixed-dtype inputs and weakly typed Python scalars need no extra
+nodes: a bare Python scalar input is materialized in that dtype (core/graph.py).
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from ... import _config
+from ...errors import DTypeError, op_error
+from .. import dtypes
+from ..build import TensorImpl, batch_info
+from ..context import CTX, note_pending
+from ..dtypes import bool_, promote, promote_scalar
+from ..graph import Node, deeper
+from ..realize import realize_impls
+from ..tensor import Tensor, to_impl
+from ._util import broadcast_shapes
+
+_wref = weakref.ref
+_SCALARS = {bool, int, float, complex}
+_cfg_get = _config.get
+_new_tensor = object.__new__
+
+# ---- dtype policies --------------------------------------------------------------------------
+# kind -> (computation dtype, output dtype) given the promoted input dtype.
+
+
+def _kind_arith(op, d):
+    if d == bool_ and op in ("subtract", "power", "negative", "floor_divide", "mod", "sign"):
+        raise op_error(
+            DTypeError, op, "not supported for bool tensors", "cast with .astype(nx.int32)"
+        )
+    return d, d
+
+
+def _kind_float(op, d):
+    f = dtypes.to_float(d)
+    return f, f
+
+
+def _kind_compare(op, d):
+    return d, bool_
+
+
+def _kind_bitwise(op, d):
+    if not (d == bool_ or dtypes.is_integer(d)):
+        raise op_error(
+            DTypeError, op, f"needs integer or bool tensors, got {d}", "use logical_* for masks"
+        )
+    return d, d
+
+
+def _kind_predicate(op, d):
+    return d, bool_
+
+
+def _kind_real(op, d):
+    if dtypes.is_complex(d):
+        raise op_error(DTypeError, op, f"not defined for complex dtype {d}")
+    if d == bool_ and op == "round":
+        raise op_error(DTypeError, op, "not defined for bool tensors", "cast with .astype(...)")
+    return d, d
+
+
+KINDS = {
+    "arith": _kind_arith,
+    "float": _kind_float,
+    "compare": _kind_compare,
+    "bitwise": _kind_bitwise,
+    "predicate": _kind_predicate,
+    "real": _kind_real,
+}
+
+
+_kind_cache: dict[tuple, tuple] = {}
+
+
+def resolve(op: str, kind: str, d) -> tuple:
+    """``((computation dtype,), output dtype)`` of ``op`` of dtype kind ``kind`` on promoted
+    input dtype ``d`` (cached; raises the kind's dtype errors)."""
+    try:
+        return _kind_cache[(op, d)]
+    except KeyError:
+        r = KINDS[kind](op, d)
+        r = ((r[0],), r[1])  # params tuple, output dtype
+        _kind_cache[(op, d)] = r
+        return r
+
+
+def elementwise_aval(op: str, kind: str):
+    """The shape/dtype rule of an element-wise primitive: NumPy broadcasting, the kind's dtype."""
+
+    def abstract_eval(params, *avals):
+        shape = broadcast_shapes(op, *[a[0] for a in avals])
+        d = avals[0][1]
+        for a in avals[1:]:
+            d = promote(d, a[1])
+        return ((shape, resolve(op, kind, d)[1]),)
+
+    return abstract_eval
+
+
+def cast_lower(fn):
+    """The lowering of an element-wise primitive: ``fn`` on inputs cast to the computation dtype."""
+
+    def lower(params, *xs):
+        dt = params[0]
+        return fn(*[x if x.dtype == dt else x.astype(dt) for x in xs])
+
+    return lower
+
+
+# ---- builders --------------------------------------------------------------------------------
+
+
+def _check_int(op: str, v: int, dtype) -> None:
+    """A Python int must fit the integer dtype it is materialized in (JAX raises the same)."""
+    if dtypes.is_integer(dtype) or dtype == bool_:
+        info = np.iinfo(dtype) if dtype != bool_ else None
+        if info is None or not info.min <= v <= info.max:
+            raise op_error(
+                OverflowError,
+                op,
+                f"Python int {v} does not fit dtype {dtype}",
+                "cast the tensor to a wider or float dtype first",
+            )
+
+
+def _operand(x, op: str) -> TensorImpl:
+    return to_impl(x, op=op)  # its errors name ``op`` (TypeError, OverflowError, ...)
+
+
+def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:
+    """The node and output of an element-wise op; ``bdims`` as ``Node.bdims`` (None: unbatched)."""
+    node = Node(prim, params, inputs, depth, trace)
+    if trace is not None:
+        node.avals = ((shape, out_dt),)
+    if bdims is not None:
+        node.bdims = bdims
+        out = TensorImpl(node, None, shape, out_dt, bdims[1])
+    else:
+        out = TensorImpl(node, None, shape, out_dt)
+    wr = _wref(out)
+    node.outs = (wr,)
+    pending = CTX.pending
+    if len(pending) < 4096:  # inlined fast path of note_pending
+        pending.append(wr)
+    else:
+        note_pending(wr)
+    if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
+        realize_impls([out])
+    t = object.__new__(Tensor)
+    t._impl = out
+    return t
+
+
+def _binary(name: str, prim, kind: str, a, b) -> Tensor:
+    """Build ``name(a, b)`` for a tensor and a tensor/scalar/array-like, in either order."""
+    ta = type(a)
+    tb = type(b)
+    if ta is Tensor and tb in _SCALARS:
+        ti, s, first = a._impl, b, False
+    elif tb is Tensor and ta in _SCALARS:
+        ti, s, first = b._impl, a, True
+    else:
+        # a weakly typed traced scalar (a Python number argument under nx.compile) promotes itself
+        if ta is not Tensor and hasattr(ta, "_weak_binary"):
+            return ta._weak_binary(name, a, b)
+        if tb is not Tensor and hasattr(tb, "_weak_binary"):
+            return tb._weak_binary(name, a, b)
+        ai = a._impl if ta is Tensor else _operand(a, name)
+        bi = b._impl if tb is Tensor else _operand(b, name)
+        return _binary_tt(name, prim, kind, ai, bi)
+    params, out_dt = resolve(name, kind, promote_scalar(ti.dtype, type(s)))
+    if type(s) is int and not -2147483648 <= s <= 2147483647:
+        _check_int(name, s, params[0])
+    if name == "power" and not first and type(s) is int and s < 0 and dtypes.is_integer(params[0]):
+        raise op_error(
+            DTypeError,
+            "power",
+            f"integers cannot be raised to negative integer powers ({s})",
+            "use a float base, e.g. x.astype(nx.float32) ** -1",
+        )
+    c = s  # bare scalar input: materialized in dtype params[0] (see graph.py)
+    ref = ti.src
+    if ref is None:
+        ref, depth, trace = ti.value, 1, None
+    else:
+        n = ref if type(ref) is Node else ref[0]
+        depth, trace = n.depth + 1, n.trace
+    inputs = (c, ref) if first else (ref, c)
+    b = ti.batch_shape
+    bdims = None if not b else (((0, len(b)) if first else (len(b), 0)), b)
+    return _finish(prim, params, inputs, depth, ti.shape, out_dt, bdims, trace)
+
+
+def _binary_tt(name, prim, kind: str, ai: TensorImpl, bi: TensorImpl) -> Tensor:
+    params, out_dt = resolve(name, kind, promote(ai.dtype, bi.dtype))
+    sa, sb = ai.shape, bi.shape
+    shape = sa if sa == sb else broadcast_shapes(name, sa, sb)
+    depth = 0
+    trace = None
+    ra = ai.src
+    if ra is None:
+        ra = ai.value
+    else:
+        n = ra if type(ra) is Node else ra[0]
+        depth, trace = n.depth, n.trace
+    rb = bi.src
+    if rb is None:
+        rb = bi.value
+    else:
+        n = rb if type(rb) is Node else rb[0]
+        if n.depth > depth:
+            depth = n.depth
+        if n.trace is not None:
+            trace = deeper(trace, n.trace)
+    bdims = batch_info(name, (ai, bi)) if ai.batch_shape or bi.batch_shape else None
+    return _finish(prim, params, (ra, rb), depth + 1, shape, out_dt, bdims, trace)
+
+
+def _unary(name: str, prim, kind: str, x) -> Tensor:
+    xi = x._impl if type(x) is Tensor else _operand(x, name)
+    params, out_dt = resolve(name, kind, xi.dtype)
+    ref = xi.src
+    if ref is None:
+        ref, depth, trace = xi.value, 1, None
+    else:
+        n = ref if type(ref) is Node else ref[0]
+        depth, trace = n.depth + 1, n.trace
+    b = xi.batch_shape
+    return _finish(
+        prim, params, (ref,), depth, xi.shape, out_dt, ((len(b),), b) if b else None, trace
+    )
+
+
+def make_unary(name: str, prim, kind: str):
+    """The builder ``f(x)`` of the unary element-wise primitive ``prim``."""
+
+    def f(x):
+        return _unary(name, prim, kind, x)
+
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = f"Element-wise ``{name}`` (as ``jax.numpy.{name}``); lazy, returns a new Tensor."
+    return f
+
+
+def make_binary(name: str, prim, kind: str):
+    """The builder ``f(x1, x2)`` of the binary element-wise primitive ``prim``.
+
+    Specialized per op: the tensor-with-Python-scalar case (``x * 1.5``) is the hottest path of
+    eager code, so it is inlined here with a per-op cache of dtype decisions."""
+    scalar_cache: dict = {}
+    check_neg = name == "power"  # negative integer exponents are checked on the general path
+
+    def scalar_rule(d, st):
+        r = scalar_cache.get((d, st))
+        if r is None:
+            r = scalar_cache[(d, st)] = resolve(name, kind, promote_scalar(d, st))
+        return r
+
+    def f(x1, x2):
+        if (
+            type(x1) is Tensor
+            and type(x2) in _SCALARS
+            and not (check_neg and type(x2) is int and x2 < 0)
+        ):
+            ti = x1._impl
+            r = scalar_cache.get((ti.dtype, type(x2)))
+            params, out_dt = r if r is not None else scalar_rule(ti.dtype, type(x2))
+            if type(x2) is int and not -2147483648 <= x2 <= 2147483647:
+                _check_int(name, x2, params[0])
+            ref = ti.src
+            if ref is None:
+                ref, depth, trace = ti.value, 1, None
+            else:
+                n = ref if type(ref) is Node else ref[0]
+                depth, trace = n.depth + 1, n.trace
+            # _finish, inlined; the bare scalar is materialized in dtype params[0] (see graph.py)
+            node = Node(prim, params, (ref, x2), depth, trace)
+            if trace is not None:
+                node.avals = ((ti.shape, out_dt),)
+            b = ti.batch_shape
+            if b:
+                node.bdims = ((len(b), 0), b)
+            out = TensorImpl(node, None, ti.shape, out_dt, b)
+            wr = _wref(out)
+            node.outs = (wr,)
+            pending = CTX.pending
+            if len(pending) < 4096:
+                pending.append(wr)
+            else:
+                note_pending(wr)
+            if not depth & 63 and depth > _cfg_get("max_graph_depth"):
+                realize_impls([out])
+            t = _new_tensor(Tensor)
+            t._impl = out
+            return t
+        return _binary(name, prim, kind, x1, x2)
+
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = (
+        f"Element-wise ``{name}`` with NumPy broadcasting and JAX type promotion (Python scalars "
+        f"are weakly typed)."
+    )
+    return f
