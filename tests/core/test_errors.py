@@ -281,3 +281,11 @@ def test_int_tensor_to_negative_int_power_raises_at_build():
 
 def test_eye_negative_size_raises_at_build():
     _raises(ValueError, lambda: nx.eye(-1), "eye")
+
+
+def test_var_of_complex_is_a_clear_dtype_error():
+    # it used to fail with AttributeError ('Tensor' has no 'conj') deep inside var
+    with pytest.raises(nx.errors.DTypeError, match=r"nx.var: complex tensors \(complex64\)"):
+        nx.var(nx.tensor([1 + 1j, 2j]))
+    with pytest.raises(nx.errors.DTypeError, match="nx.var"):
+        nx.std(nx.tensor([1 + 1j, 2j]))

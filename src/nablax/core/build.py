@@ -174,12 +174,12 @@ dimension_p = Primitive(
     "dimension_value",
     lambda params: (((), params[1]),),
     _dimension_lower,
+    jvp=lambda params, tangents, primals, outs: [None],
+    vjp=lambda params, cts, primals, outs: [],
+    shard=lambda params, lays, ins, outs: ((),),
     differentiable=False,
     doc="The value of a symbolic dimension size (nx.compile dynamic_dims).",
 )
-dimension_p.jvp = lambda params, tangents, primals, outs: [None]
-dimension_p.vjp = lambda params, cts, primals, outs: []
-dimension_p.shard = lambda params, lays, ins, outs: ((),)
 
 
 def dimension_value(d, dtype=None) -> TensorImpl:

@@ -25,6 +25,7 @@ of the new record that returns them (``{"jvp": ..., "batch": ...}``).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +53,7 @@ class Primitive:
         "shard",
         "differentiable",
         "doc",
+        "module",
     )
 
     name: str
@@ -60,6 +62,7 @@ class Primitive:
     multiple_results: bool
     differentiable: bool
     doc: str
+    module: str  # the module that created the record (where its rules are written)
     jvp: Callable | None
     vjp: Callable | None
     batch: Callable | None
@@ -87,6 +90,10 @@ class Primitive:
         init(self, "multiple_results", multiple_results)
         init(self, "differentiable", differentiable)
         init(self, "doc", doc)
+        frame = sys._getframe(1)
+        while frame.f_globals.get("__name__") == __name__:  # called through primitive()
+            frame = frame.f_back  # type: ignore[assignment]
+        init(self, "module", frame.f_globals.get("__name__", "?"))
         given = {"jvp": jvp, "vjp": vjp, "batch": batch, "shard": shard}
         for kind, r in given.items():
             init(self, kind, r)
@@ -98,7 +105,7 @@ class Primitive:
                 if given[kind] is None:  # a rule given by name wins over the family's
                     init(self, kind, r)
 
-    def _frozen_setattr(self, attr: str, value: Any) -> None:  # TODO(this change): __setattr__
+    def __setattr__(self, attr: str, value: Any) -> None:
         raise AttributeError(
             f"nablax: primitive {self.name!r} is a frozen record; give its {attr} rule to "
             f"primitive(...) where it is created"

@@ -25,7 +25,7 @@ path, because it is computed only when read:
    for slices and gathers it can differ from the plan a pending tensor shows;
 3. a pending tensor reports the layout *propagated* from the realized leaves of its graph that
    carry a ``NamedSharding`` through every op with the primitives' sharding rules
-   (core/ops/_shard.py): exactly the plan ``nx.shard_map`` infers for the same ops. ``None`` when
+   (core/prims/_shard.py): exactly the plan ``nx.shard_map`` infers for the same ops. ``None`` when
    no leaf is sharded.
 
 Multi-host: the same code runs on several machines after ``jax.distributed.initialize()`` on
@@ -160,7 +160,7 @@ class ShardingSpec:
 
     @classmethod
     def from_layout(cls, mesh: DeviceMesh, layout) -> ShardingSpec:
-        """From a layout: one tuple of mesh axis names per dimension (core/ops/_shard.py)."""
+        """From a layout: one tuple of mesh axis names per dimension (core/prims/_shard.py)."""
         return cls(mesh, [DimSpec(a) for a in layout])
 
     def layout(self) -> tuple:
@@ -223,18 +223,19 @@ def _constraint_batch(params, bds, x):  # the batch axes stay unsharded
     return jax.lax.with_sharding_constraint(x, params[0].named(bds[0]))
 
 
+def _constraint_transpose(params, ct, x):
+    return Tensor._wrap(bind(sharding_constraint_p, [ct._impl], params)[0])
+
+
 sharding_constraint_p = primitive(
     "sharding_constraint",
     lambda params, x: (x,),
     _constraint_lower,
+    batch=_constraint_batch,
+    shard=lambda params, lays, ins, outs: (params[0].layout(),),
+    # the constraint is the identity on values: its tangent and cotangent get the same layout
+    rules=_rules.linear(_constraint_transpose),
     doc="Tensor.shard of a pending tensor: its value laid out as the spec says (no other effect).",
-)
-sharding_constraint_p.batch = _constraint_batch
-sharding_constraint_p.shard = lambda params, lays, ins, outs: (params[0].layout(),)
-# the constraint is the identity on values: its tangent and cotangent get the same layout
-_rules.linear_install(
-    sharding_constraint_p,
-    lambda params, ct, x: Tensor._wrap(bind(sharding_constraint_p, [ct._impl], params)[0]),
 )
 
 

@@ -22,8 +22,6 @@ from ...kernels._call import CallSpec
 from ..build import bind
 from ..primitive import Primitive, primitive
 from ..prims import _rules
-from ..prims._batch import vmap_rule
-from ..prims._shard import replicated
 from ..tensor import Tensor, to_impl
 from ..transforms.custom import _traced
 from .creation import zeros_like
@@ -77,14 +75,6 @@ def _lower(params, *xs):
     return _flat_call(spec, with_res)(*xs)
 
 
-kernel_call_p = primitive(
-    "kernel_call",
-    _abstract,
-    _lower,
-    multiple_results=True,
-    doc="A nablax.kernels Kernel run with a fixed config (outputs, then residuals when traced).",
-)
-
 _vjp_prims: dict = {}
 
 
@@ -109,8 +99,14 @@ def _vjp_prim(n_arrays: int, n_res: int, n_out: int) -> Primitive:
             g if g is not None else jax.numpy.zeros(a.shape, a.dtype) for g, a in zip(grads, arrays)
         )
 
-    p = Primitive(f"kernel_vjp[{n_arrays},{n_res},{n_out}]", aval, lower, multiple_results=True)
-    _rules.derive_from_jax(p)  # second order: JAX's derivative of the kernel's vjp
+    # second order: JAX's derivative of the kernel's vjp (batched by jax.vmap, replicated)
+    p = Primitive(
+        f"kernel_vjp[{n_arrays},{n_res},{n_out}]",
+        aval,
+        lower,
+        rules=_rules.derived_from_jax,
+        multiple_results=True,
+    )
     _vjp_prims[key] = p
     return p
 
@@ -145,10 +141,17 @@ def _kernel_vjp_rule(params, cts, primals, outs):
     return [Tensor._wrap(g) if _rules.is_float_tensor(x) else None for g, x in zip(grads, primals)]
 
 
-_rules.derive_from_jax(kernel_call_p)  # jvp through JAX's derivative of the kernel's run
-kernel_call_p.vjp = _kernel_vjp_rule
-kernel_call_p.batch = vmap_rule(kernel_call_p)
-kernel_call_p.shard = replicated
+kernel_call_p = primitive(
+    "kernel_call",
+    _abstract,
+    _lower,
+    vjp=_kernel_vjp_rule,
+    # jvp through JAX's derivative of the kernel's run; batched through jax.vmap of the lowering;
+    # no useful layout to propose: replicated
+    rules=_rules.derived_from_jax,
+    multiple_results=True,
+    doc="A nablax.kernels Kernel run with a fixed config (outputs, then residuals when traced).",
+)
 
 
 def call_on_tensors(spec: CallSpec, leaves: list):

@@ -14,10 +14,8 @@ from . import (  # noqa: F401
     creation,
     elementwise,
     index,
-    index_rules,
     linalg,
     random,
     reduce,
     shape,
-    shape_rules,
 )

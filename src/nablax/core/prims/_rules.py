@@ -190,28 +190,3 @@ def derived_from_jax(prim: Primitive) -> dict:
         return res
 
     return {"jvp": jvp, "vjp": vjp, "batch": vmap_rule(prim), "shard": replicated}
-
-
-# ---- TRANSITION ONLY (deleted when every family declares its records) ---------------------------
-def _attach(prim, rules: dict) -> None:
-    for k, r in rules.items():
-        object.__setattr__(prim, k, r)
-
-
-def nondifferentiable(*prims) -> None:
-    for p in prims:
-        _attach(p, NONDIFFERENTIABLE)
-
-
-def linear_install(prim, transpose) -> None:
-    _attach(prim, linear(transpose)(prim))
-
-
-def derive_from_jax(prim):
-    r = derived_from_jax(prim)
-    if prim.batch is not None:
-        del r["batch"]
-    if prim.shard is not None:
-        del r["shard"]
-    _attach(prim, r)
-    return prim

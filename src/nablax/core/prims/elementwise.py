@@ -23,6 +23,7 @@ Derivative formulas are JAX's (lax.py), so that boundary points give JAX's inf/n
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax.numpy as jnp
 from jax import lax
@@ -239,9 +240,9 @@ PRIMS = {}
 for _name, (_kind, _fn, _partial) in UNARY.items():
     _d = NONDIFFERENTIABLE if _partial is None else _unary_derivative(_partial)
     PRIMS[_name] = _record(_name, _kind, _fn, _d)
-for _name, (_kind, _fn, _partials) in BINARY.items():
+for _name, (_kind, _bfn, _partials) in BINARY.items():
     _d = NONDIFFERENTIABLE if _partials is None else _binary_derivative(_partials)
-    PRIMS[_name] = _record(_name, _kind, _fn, _d)
+    PRIMS[_name] = _record(_name, _kind, _bfn, _d)
 
 # ---- select, convert_element_type, stop_gradient -------------------------------------------------
 
@@ -328,58 +329,59 @@ _stop_gradient = primitive(
 
 # ---- builders --------------------------------------------------------------------------------
 
-_fns = {n: make_unary(n, PRIMS[n], UNARY[n][0]) for n in UNARY}
+_Builder = Callable[..., Tensor]
+_fns: dict[str, _Builder] = {n: make_unary(n, PRIMS[n], UNARY[n][0]) for n in UNARY}
 _fns.update({n: make_binary(n, PRIMS[n], BINARY[n][0]) for n in BINARY})
-negative = _fns["negative"]
-abs = _fns["abs"]  # noqa: A001 - NumPy name
-sign = _fns["sign"]
-exp = _fns["exp"]
-log = _fns["log"]
-log1p = _fns["log1p"]
-log2 = _fns["log2"]
-log10 = _fns["log10"]
-expm1 = _fns["expm1"]
-sqrt = _fns["sqrt"]
-rsqrt = _fns["rsqrt"]
-sin = _fns["sin"]
-cos = _fns["cos"]
-tan = _fns["tan"]
-tanh = _fns["tanh"]
-arcsin = _fns["arcsin"]
-arccos = _fns["arccos"]
-arctan = _fns["arctan"]
-sinh = _fns["sinh"]
-cosh = _fns["cosh"]
-arcsinh = _fns["arcsinh"]
-arccosh = _fns["arccosh"]
-arctanh = _fns["arctanh"]
-sigmoid = _fns["sigmoid"]
-erf = _fns["erf"]
-floor = _fns["floor"]
-ceil = _fns["ceil"]
-isnan = _fns["isnan"]
-isinf = _fns["isinf"]
-isfinite = _fns["isfinite"]
-invert = _fns["invert"]
-add = _fns["add"]
-subtract = _fns["subtract"]
-multiply = _fns["multiply"]
-divide = _fns["divide"]
-floor_divide = _fns["floor_divide"]
-mod = _fns["mod"]
-power = _fns["power"]
-maximum = _fns["maximum"]
-minimum = _fns["minimum"]
-arctan2 = _fns["arctan2"]
-equal = _fns["equal"]
-not_equal = _fns["not_equal"]
-less = _fns["less"]
-less_equal = _fns["less_equal"]
-greater = _fns["greater"]
-greater_equal = _fns["greater_equal"]
-bitwise_and = _fns["bitwise_and"]
-bitwise_or = _fns["bitwise_or"]
-bitwise_xor = _fns["bitwise_xor"]
+negative: _Builder = _fns["negative"]
+abs: _Builder = _fns["abs"]  # noqa: A001 - NumPy name
+sign: _Builder = _fns["sign"]
+exp: _Builder = _fns["exp"]
+log: _Builder = _fns["log"]
+log1p: _Builder = _fns["log1p"]
+log2: _Builder = _fns["log2"]
+log10: _Builder = _fns["log10"]
+expm1: _Builder = _fns["expm1"]
+sqrt: _Builder = _fns["sqrt"]
+rsqrt: _Builder = _fns["rsqrt"]
+sin: _Builder = _fns["sin"]
+cos: _Builder = _fns["cos"]
+tan: _Builder = _fns["tan"]
+tanh: _Builder = _fns["tanh"]
+arcsin: _Builder = _fns["arcsin"]
+arccos: _Builder = _fns["arccos"]
+arctan: _Builder = _fns["arctan"]
+sinh: _Builder = _fns["sinh"]
+cosh: _Builder = _fns["cosh"]
+arcsinh: _Builder = _fns["arcsinh"]
+arccosh: _Builder = _fns["arccosh"]
+arctanh: _Builder = _fns["arctanh"]
+sigmoid: _Builder = _fns["sigmoid"]
+erf: _Builder = _fns["erf"]
+floor: _Builder = _fns["floor"]
+ceil: _Builder = _fns["ceil"]
+isnan: _Builder = _fns["isnan"]
+isinf: _Builder = _fns["isinf"]
+isfinite: _Builder = _fns["isfinite"]
+invert: _Builder = _fns["invert"]
+add: _Builder = _fns["add"]
+subtract: _Builder = _fns["subtract"]
+multiply: _Builder = _fns["multiply"]
+divide: _Builder = _fns["divide"]
+floor_divide: _Builder = _fns["floor_divide"]
+mod: _Builder = _fns["mod"]
+power: _Builder = _fns["power"]
+maximum: _Builder = _fns["maximum"]
+minimum: _Builder = _fns["minimum"]
+arctan2: _Builder = _fns["arctan2"]
+equal: _Builder = _fns["equal"]
+not_equal: _Builder = _fns["not_equal"]
+less: _Builder = _fns["less"]
+less_equal: _Builder = _fns["less_equal"]
+greater: _Builder = _fns["greater"]
+greater_equal: _Builder = _fns["greater_equal"]
+bitwise_and: _Builder = _fns["bitwise_and"]
+bitwise_or: _Builder = _fns["bitwise_or"]
+bitwise_xor: _Builder = _fns["bitwise_xor"]
 
 
 def round(x, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy name

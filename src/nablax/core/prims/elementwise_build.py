@@ -11,6 +11,7 @@ nodes: a bare Python scalar input is materialized in that dtype (core/graph.py).
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 
@@ -243,7 +244,7 @@ def _unary(name: str, prim, kind: str, x) -> Tensor:
     )
 
 
-def make_unary(name: str, prim, kind: str):
+def make_unary(name: str, prim, kind: str) -> Callable[..., Tensor]:
     """The builder ``f(x)`` of the unary element-wise primitive ``prim``."""
 
     def f(x):
@@ -254,7 +255,7 @@ def make_unary(name: str, prim, kind: str):
     return f
 
 
-def make_binary(name: str, prim, kind: str):
+def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
     """The builder ``f(x1, x2)`` of the binary element-wise primitive ``prim``.
 
     Specialized per op: the tensor-with-Python-scalar case (``x * 1.5``) is the hottest path of

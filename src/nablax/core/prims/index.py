@@ -1,5 +1,5 @@
-"""Indexing: ``x[idx]``, ``x.at[idx].set/add``, ``x[idx] = v``, ``take``, ``take_along_axis``,
-``one_hot``.
+"""Indexing primitives: ``gather`` (``x[idx]``) and ``scatter`` (``x.at[idx].set/add``,
+``x[idx] = v``), with every rule of each, and their builders.
 
 Every index expression becomes one ``gather`` (read) or ``scatter`` (update) node whose static
 parameter is the *index structure* (ints, slices, ``None``, ``...`` and placeholders for integer
@@ -8,15 +8,14 @@ zero-strided dummy array, so shapes and errors match NumPy exactly and are raise
 built. Integer index tensors whose values are unknown follow ``x[idx]`` in JAX: a negative index
 counts from the end once, then out-of-range reads clamp to the nearest element (and get no
 gradient) and out-of-range updates are dropped; concrete NumPy/list indices are bounds-checked like
-NumPy. ``take`` / ``take_along_axis`` follow ``jnp.take``'s ``mode=`` instead (default ``"fill"``).
+NumPy. :func:`gather_filled` is the filling read of ``take`` / ``take_along_axis``
+(core/ops/index.py), which follow ``jnp.take``'s ``mode=`` instead.
 
-Boolean masks depend on data: the mask is realized and turned into integer indices (eager code only).
+Boolean masks depend on data: the mask is realized and turned into integer indices (eager code
+only).
 """
 
 from __future__ import annotations
-
-import math
-import operator
 
 import jax
 import jax.numpy as jnp
@@ -29,10 +28,13 @@ from ..build import TensorImpl, bind, impl_from_array
 from ..host import exact_scalar
 from ..primitive import primitive
 from ..tensor import Tensor, to_impl
-from ._util import broadcast_shapes, is_concrete, norm_axis
+from . import _shard
+from ._batch import batched_by_vmap
+from ._rules import cast_like, is_float_tensor, unbroadcast
+from ._util import broadcast_shapes, is_concrete
 from .creation import iota, zeros
-from .elementwise import astype, clip, equal, logical_and, mod, where
-from .shape import _reshape, expand_dims, reshape
+from .elementwise import equal, logical_and, where
+from .shape import pad, reshape
 
 _T = ("t",)  # placeholder for an index tensor in the structure
 
@@ -104,14 +106,6 @@ def _gather_lower(params, x, *idx):
     return x.at[_rebuild(params[0], idx)].get(mode="fill", fill_value=fill_value(params[1]))
 
 
-gather_p = primitive(
-    "gather",
-    _gather_aval,
-    _gather_lower,
-    doc="x[index] (params: (structure,)); with (structure, fill), out-of-range reads give fill.",
-)
-
-
 def fill_code(v):
     """A fill value as a gather parameter: ``None`` (JAX's default fill: NaN, the most negative
     int, the largest unsigned, True) or a hashable exact code (floats by their hex form, so
@@ -136,6 +130,82 @@ def fill_value(code):
     return code[1]
 
 
+# ---- gather; derivative rules (signatures: _rules.py) ----------------------------------------
+# gather and scatter are linear in the gathered tensor / the updated tensor and the updates; their
+# rules are gathers and scatters with the same index structure and the same index tensors. Both
+# batch through jax.vmap of their lowering (batched_by_vmap).
+
+
+def _gather(x: Tensor, structure, idx, params=None) -> Tensor:
+    params = (structure,) if params is None else params
+    return Tensor._wrap(bind(gather_p, [x._impl, *(i._impl for i in idx)], params)[0])
+
+
+def _scatter(x: Tensor, v: Tensor, structure, idx, mode: str) -> Tensor:
+    impls = [x._impl, v._impl, *(i._impl for i in idx)]
+    return Tensor._wrap(bind(scatter_p, impls, (structure, mode))[0])
+
+
+def _zeros(shape, dtype) -> Tensor:
+    return zeros(shape, dtype)
+
+
+def _gather_jvp(params, tangents, primals, outs):
+    t = tangents[0]
+    if t is None or not is_float_tensor(outs[0]):
+        return [None]
+    # a filling gather's tangent is 0 where it filled (the fill value is a constant)
+    tp = params if len(params) == 1 else (params[0], fill_code(0))
+    return [_gather(cast_like(t, outs[0]), params[0], primals[1:], tp)]
+
+
+def _gather_vjp(params, cts, primals, outs):
+    ct, x, idx = cts[0], primals[0], primals[1:]
+    res = [None] * len(primals)
+    if ct is not None and is_float_tensor(x):
+        res[0] = _scatter(_zeros(x.shape, x.dtype), cast_like(ct, x), params[0], idx, "add")
+    return res
+
+
+def _gather_shard(params, in_layouts, in_avals, out_avals):
+    """Basic indexing (ints, slices, ``None``, ``...``): a fully sliced dimension keeps its axes,
+    a partly sliced one is replicated, an integer index removes it. Array indices: replicated."""
+    structure = params[0]
+    lay, (in_shape, _) = in_layouts[0], in_avals[0]
+    if any(s == _T or s[0] not in "isne" for s in structure):
+        return _shard.replicated(params, in_layouts, in_avals, out_avals)
+    n_ell = len(in_shape) - sum(1 for s in structure if s[0] in "is")
+    out, d = [], 0
+    for s in structure:
+        if s[0] == "n":
+            out.append(())
+        elif s[0] == "e":
+            out.extend(lay[d : d + n_ell])
+            d += n_ell
+        elif s[0] == "i":
+            d += 1
+        else:
+            out.append(lay[d] if s[1:] == (None, None, None) else ())
+            d += 1
+    out.extend(lay[d:])
+    return (tuple(out),)
+
+
+gather_p = primitive(
+    "gather",
+    _gather_aval,
+    _gather_lower,
+    jvp=_gather_jvp,
+    vjp=_gather_vjp,
+    shard=_gather_shard,
+    rules=batched_by_vmap,
+    doc="x[index] (params: (structure,)); with (structure, fill), out-of-range reads give fill.",
+)
+
+
+# ---- scatter ---------------------------------------------------------------------------------
+
+
 def _scatter_aval(params, x, v, *idx):
     return (x,)
 
@@ -147,7 +217,95 @@ def _scatter_lower(params, x, v, *idx):
     return ref.set(v) if mode == "set" else ref.add(v)
 
 
-scatter_p = primitive("scatter", _scatter_aval, _scatter_lower)
+def _scatter_jvp(params, tangents, primals, outs):
+    x, v, idx = primals[0], primals[1], primals[2:]
+    tx, tv = tangents[0], tangents[1] if is_float_tensor(v) else None
+    if not is_float_tensor(outs[0]) or (tx is None and tv is None):
+        return [None]
+    structure, mode = params
+    if tx is None:
+        tx = _zeros(x.shape, x.dtype)
+    if tv is None:
+        return [tx if mode == "add" else _scatter(tx, _zeros((), x.dtype), structure, idx, mode)]
+    return [_scatter(cast_like(tx, x), cast_like(tv, x), structure, idx, mode)]
+
+
+def _scatter_vjp(params, cts, primals, outs):
+    ct, x, v, idx = cts[0], primals[0], primals[1], primals[2:]
+    res = [None] * len(primals)
+    if ct is None or not is_float_tensor(outs[0]):
+        return res
+    structure, mode = params
+    ct = cast_like(ct, x)
+    if mode == "add":
+        res[0] = ct
+    else:  # positions that were overwritten do not depend on x
+        res[0] = _scatter(ct, _zeros((), ct.dtype), structure, idx, "set")
+    if is_float_tensor(v):
+        if not idx:  # basic indexing: positions are distinct and in range
+            g = _gather(ct, structure, idx)
+        elif mode == "add":
+            g = _gather_or_zero(ct, structure, idx)
+        else:
+            g = _gather_winners(ct, x.shape, structure, idx)
+        res[1] = cast_like(unbroadcast(g, v.shape), v)
+    return res
+
+
+def _tensor_axes(structure, ndim: int) -> list[int]:
+    """The axis of ``x`` that each index tensor of ``structure`` indexes."""
+    used = sum(1 for s in structure if s == _T or s[0] in ("i", "s"))
+    axes, a = [], 0
+    for s in structure:
+        if s == _T:
+            axes.append(a)
+            a += 1
+        elif s[0] in ("i", "s"):
+            a += 1
+        elif s[0] == "e":
+            a += ndim - used
+    return axes
+
+
+def _gather_or_zero(ct: Tensor, structure, idx) -> Tensor:
+    """``ct[index]`` with zeros where an index is out of range (the updates a scatter dropped):
+    each indexed axis gets one zero slot at its end, and out-of-range indices point there."""
+    axes = _tensor_axes(structure, ct.ndim)
+    widths = [(0, 0)] * ct.ndim
+    new_idx = []
+    for t, a in zip(idx, axes):
+        n = ct.shape[a]
+        widths[a] = (0, 1)
+        if t.dtype.kind == "u":
+            new_idx.append(where(t < n, t, n))
+        else:
+            ok = logical_and(t >= -n, t < n)
+            new_idx.append(where(ok, where(t < 0, t + n, t), n))
+    return _gather(pad(ct, widths), structure, new_idx)
+
+
+def _gather_winners(ct: Tensor, shape, structure, idx) -> Tensor:
+    """``ct[index]`` where each update wrote the value that stayed, else zero (as JAX: with
+    duplicate indices one update wins; out-of-range updates are dropped). Each update element gets
+    an id; the ids are scattered like the updates and read back."""
+    target = _gather_shape(shape, structure, [(i.shape, i.dtype) for i in idx])
+    count = int(np.prod(target, dtype=np.int64))
+    ids = reshape(iota(dtypes.int32, (count,), 0) + 1, target)
+    written = _scatter(_zeros(shape, dtypes.int32), ids, structure, idx, "set")
+    won = equal(_gather(written, structure, idx), ids)
+    return where(won, _gather(ct, structure, idx), 0.0)
+
+
+scatter_p = primitive(
+    "scatter",
+    _scatter_aval,
+    _scatter_lower,
+    jvp=_scatter_jvp,
+    vjp=_scatter_vjp,
+    shard=_shard.same_as_input,  # the output is the operand, updated: its layout
+    rules=batched_by_vmap,
+)
+
 
 # ---- index parsing ---------------------------------------------------------------------------
 
@@ -330,67 +488,9 @@ def _setitem(self: Tensor, idx, value) -> None:
     self._impl = _update(self, idx, value, "set")._impl
 
 
-_MODES = {"take": ("fill", "clip", "wrap"), "take_along_axis": ("fill", "clip")}
-
-
-def _take_mode(op: str, mode) -> str:
-    m = "fill" if mode is None else mode
-    if m not in _MODES[op]:
-        raise op_error(
-            ValueError, op, f"mode={mode!r} is not supported", f"use one of {_MODES[op]} or None"
-        )
-    return m
-
-
-def _index_array(op: str, indices):
-    """Integer indices as a Tensor (kept lazy) or, for host data, a NumPy int64 array."""
-    if isinstance(indices, Tensor):
-        dt = indices.dtype
-    else:
-        if not isinstance(indices, jax.Array):
-            try:
-                a = np.asarray(indices)
-            except ValueError:  # ragged: to_impl below says so, naming ``op``
-                a = None
-            if a is not None and (a.dtype.kind in "iu" or (a.size == 0 and a.dtype.kind == "f")):
-                return a.astype(np.int64)
-        indices = Tensor._wrap(to_impl(indices, op=op))
-        dt = indices.dtype
-    if not dtypes.is_integer(dt):
-        raise op_error(
-            TypeError, op, f"indices must be integers, got {dt}", "cast them with .astype(nx.int32)"
-        )
-    return indices.astype(dtypes.int32) if dt.itemsize < 4 else indices  # room for i + size
-
-
-def _in_range(idx, n: int, mode: str, wrap_negative: bool):
-    """``(indices inside [0, n), valid mask or None)`` for ``mode`` (see :func:`take`)."""
-    if isinstance(idx, np.ndarray):  # host indices: computed now, no graph ops
-        if mode == "wrap":
-            return np.mod(idx, n).astype(np.int32), None
-        if wrap_negative or mode == "fill":
-            idx = np.where(idx < 0, idx + n, idx)
-        if mode == "clip":
-            return np.clip(idx, 0, n - 1).astype(np.int32), None
-        valid = (idx >= 0) & (idx < n)
-        if valid.all():
-            return idx.astype(np.int32), None
-        return np.where(valid, idx, 0).astype(np.int32), valid
-    signed = idx.dtype.kind == "i"
-    if mode == "wrap":
-        return mod(idx, n), None
-    if mode == "clip":
-        if signed and wrap_negative:
-            idx = where(idx < 0, idx + n, idx)
-        return clip(idx, 0, n - 1), None
-    # fill: the gather wraps negative indices and clamps the rest itself (JAX indexing); reads
-    # that were out of range are then replaced, and no gradient flows through them
-    return idx, (logical_and(idx >= -n, idx < n) if signed else idx < n)
-
-
-def _gather_filled(op: str, t: Tensor, index: tuple, fill) -> Tensor:
+def gather_filled(op: str, t: Tensor, index: tuple, fill) -> Tensor:
     """``t[index]`` where index tensors out of range (after wrapping negative ones once) read
-    ``fill`` (``None``: JAX's default fill, see :func:`_filled`): one ``gather`` node."""
+    ``fill`` (``None``: JAX's default fill, see :func:`fill_code`): one ``gather`` node."""
     if fill is not None:
         fill = exact_scalar(fill, t.dtype, op)
         if t.dtype == dtypes.bool_:
@@ -399,142 +499,3 @@ def _gather_filled(op: str, t: Tensor, index: tuple, fill) -> Tensor:
             fill = None  # NaN: the default fill of inexact dtypes
     structure, tensors, _ = _parse(t._impl, index)
     return Tensor._wrap(bind(gather_p, [t._impl, *tensors], (structure, fill_code(fill)))[0])
-
-
-def _filled(op: str, out: Tensor, valid, fill_value) -> Tensor:
-    """``out`` where ``valid`` (broadcast), else the fill value (JAX's defaults: NaN for inexact
-    dtypes, the most negative value for signed ints, the largest for unsigned, True for bool)."""
-    if valid is None:
-        return out
-    dt = out.dtype
-    if fill_value is None:
-        if dt == dtypes.bool_:
-            fill_value = True
-        elif dtypes.is_inexact(dt):
-            fill_value = float("nan")
-        else:
-            info = np.iinfo(dt)
-            fill_value = int(info.max if dt.kind == "u" else info.min)
-    fill = exact_scalar(fill_value, dt, op)
-    if dt == dtypes.bool_:
-        fill = bool(fill)
-    return where(valid, out, fill)  # a Python scalar of out's kind: a constant of out's dtype
-
-
-def take(x, indices, axis: int | None = None, mode: str | None = None, fill_value=None) -> Tensor:
-    """Elements of ``x`` at ``indices`` along ``axis`` (flattened when None), as ``jnp.take``.
-
-    Out-of-range indices follow ``mode``, as in JAX: ``"fill"`` (the default, also ``None``)
-    wraps negative indices once (``-1`` is the last) and gives ``fill_value`` where an index is
-    still outside ``[0, n)`` (default: NaN for floats, the most negative int for signed ints, the
-    largest for unsigned, True for bool; no gradient flows there); ``"clip"`` clamps every index
-    into ``[0, n - 1]`` (negative ones to 0); ``"wrap"`` takes indices modulo ``n``.
-
-    >>> import nablax as nx
-    >>> x = nx.tensor([10., 20., 30.])
-    >>> nx.take(x, [0, -1, 3]).tolist()
-    [10.0, 30.0, nan]
-    >>> nx.take(x, [0, -1, 3], mode="clip").tolist(), nx.take(x, [4, -1], mode="wrap").tolist()
-    ([10.0, 10.0, 30.0], [20.0, 30.0])
-    """
-    m = _take_mode("take", mode)
-    t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x, op="take"))
-    if axis is None:
-        t, ax = _reshape(t, (-1,), "take"), 0
-    else:
-        ax = norm_axis("take", axis, t.shape)
-    n = t.shape[ax]
-    idx = _index_array("take", indices)
-    if n == 0:
-        if math.prod(idx.shape):
-            raise op_error(IndexError, "take", f"cannot take from axis {ax} of size 0")
-        return zeros(t.shape[:ax] + tuple(idx.shape) + t.shape[ax + 1 :], t.dtype)
-    index = (slice(None),) * ax
-    if m == "fill" and isinstance(idx, Tensor):  # one gather that fills (as JAX's)
-        return _gather_filled("take", t, index + (idx,), fill_value)
-    safe, valid = _in_range(idx, n, m, wrap_negative=False)
-    out = getitem(t, index + (safe,))
-    if valid is not None:
-        valid = reshape(valid, (1,) * ax + tuple(np.shape(valid)) + (1,) * (t.ndim - ax - 1))
-    return _filled("take", out, valid, fill_value)
-
-
-def take_along_axis(
-    arr, indices, axis: int | None = -1, mode: str | None = None, fill_value=None
-) -> Tensor:
-    """Pick values along ``axis`` with an index tensor of the same rank (other axes broadcast),
-    as ``jnp.take_along_axis``; ``axis=None`` takes from the flattened ``arr`` (1-d indices).
-
-    Negative indices count from the end. Indices still out of range follow ``mode``:
-    ``"fill"`` (the default, also ``None``) gives ``fill_value`` there (defaults as in
-    :func:`take`; no gradient flows there), ``"clip"`` clamps them into ``[0, n - 1]``.
-
-    >>> import nablax as nx
-    >>> x = nx.tensor([[1., 2., 3.], [4., 5., 6.]])
-    >>> nx.take_along_axis(x, nx.tensor([[2], [-3]]), axis=1).tolist()
-    [[3.0], [4.0]]
-    >>> nx.take_along_axis(x, nx.tensor([[1, 0, 3]]), axis=0).tolist()
-    [[4.0, 2.0, nan]]
-    """
-    op = "take_along_axis"
-    m = _take_mode(op, mode)
-    t = arr if isinstance(arr, Tensor) else Tensor._wrap(to_impl(arr, op=op))
-    idx = _index_array(op, indices)
-    if axis is None:
-        if len(idx.shape) != 1:
-            raise op_error(
-                ShapeError, op, f"with axis=None, indices must be 1-d, got shape {idx.shape}"
-            )
-        t, axis = _reshape(t, (-1,), op), 0
-    if len(idx.shape) != t.ndim:
-        raise op_error(
-            ShapeError,
-            op,
-            f"indices must have the same rank as arr: got {tuple(idx.shape)} for arr {t.shape}",
-        )
-    ax = norm_axis(op, axis, t.shape)
-    shape = broadcast_shapes(
-        op,
-        tuple(d for i, d in enumerate(t.shape) if i != ax),
-        tuple(d for i, d in enumerate(idx.shape) if i != ax),
-    )
-    out_shape = shape[:ax] + (idx.shape[ax],) + shape[ax:]
-    n = t.shape[ax]
-    if n == 0:
-        return zeros(out_shape, t.dtype)
-    filled = m == "fill" and isinstance(idx, Tensor)  # one gather that fills (as JAX's)
-    safe, valid = (idx, None) if filled else _in_range(idx, n, m, wrap_negative=True)
-    index = []
-    for d in range(t.ndim):
-        if d == ax:
-            index.append(safe)
-        else:
-            grid = [1] * t.ndim
-            grid[d] = t.shape[d]
-            index.append(iota(dtypes.int32, tuple(grid), d))
-    if filled:
-        return _gather_filled(op, t, tuple(index), fill_value)
-    return _filled(op, getitem(t, tuple(index)), valid, fill_value)
-
-
-def one_hot(x, num_classes: int, dtype=None) -> Tensor:
-    """One-hot encoding along a new last axis (``jax.nn.one_hot``; out-of-range gives zeros).
-
-    >>> import nablax as nx
-    >>> nx.one_hot(nx.tensor([0, 2, 5]), 3).tolist()
-    [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
-    """
-    try:
-        k = operator.index(num_classes)
-    except TypeError:
-        raise op_error(
-            TypeError, "one_hot", f"num_classes must be an int, got {num_classes!r}"
-        ) from None
-    if k < 0:
-        raise op_error(ValueError, "one_hot", f"num_classes must be >= 0, got {k}")
-    t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x, op="one_hot"))
-    classes = iota(dtypes.int32, (k,), 0)
-    return astype(equal(expand_dims(t, -1), classes), dtypes.canonicalize(dtype))
-
-
-# Derivative, batching and sharding rules: index_rules.py (imported by ops/__init__.py).

@@ -1,5 +1,5 @@
-"""Linear algebra: the ``einsum`` primitive and the composites built on it (``matmul``, ``dot``,
-``outer``, ``tensordot``-style contractions).
+"""Linear algebra: the ``einsum`` primitive, with all its rules, and its builders (``einsum``,
+``matmul``, ``dot``); ``outer`` and other products written with them are in core/ops/linalg.py.
 
 ``einsum`` is bilinear, so its derivative and transpose rules are einsums again; NumPy's ``matmul``
 broadcasting and 1-D promotion rules are expressed as einsum specs.
@@ -18,10 +18,10 @@ from ..primitive import primitive
 from ..tensor import Tensor, to_impl
 from . import _shard
 from ._batch import _batch_shape, to_full_batch
-from ._rules import cast_like, derive_from_jax, is_float_tensor
+from ._rules import cast_like, derived_from_jax, is_float_tensor
 from ._util import broadcast_shapes, is_concrete
 from .elementwise import multiply
-from .shape import broadcast_in_dim_p, reshape
+from .shape import broadcast_in_dim_p
 
 _shape_cache = _caches.Cache("ops.einsum_shapes", 4096)
 
@@ -50,7 +50,138 @@ def _einsum_lower(params, *xs):
     return jnp.einsum(spec, *[x.astype(dt) for x in xs], preferred_element_type=dt)
 
 
-einsum_p = primitive("einsum", _einsum_aval, _einsum_lower)
+# ---- derivative rules ------------------------------------------------------------------------
+# einsum is multilinear: the tangent is a sum of einsums with one operand replaced by its tangent,
+# and the cotangent of operand i is an einsum of the output cotangent with the other operands. To
+# write that einsum, the spec is made explicit and free of ``...``: the broadcast batch axes get
+# letters of their own, and an axis of size 1 that broadcasts against a larger one gets a fresh
+# letter (it is then summed over, which changes nothing in the forward pass and sums the
+# cotangent as broadcasting requires).
+
+_LABELS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_parse_cache = _caches.Cache("ops.einsum_specs", 4096)
+
+
+def _explicit(spec: str, shapes) -> tuple | None:
+    """``(operand labels, output labels)`` for ``spec`` on ``shapes``, or None when an operand
+    repeats a label (a diagonal) or labels run out."""
+
+    def parse():
+        try:
+            return _explicit_uncached(spec, shapes)
+        except StopIteration:
+            return None
+
+    return _parse_cache.get_or_make((spec, shapes), parse)
+
+
+def _explicit_uncached(spec: str, shapes) -> tuple | None:
+    ins, out = spec.split("->") if "->" in spec else (spec, None)
+    terms_in = ins.split(",")
+    if out is None:  # implicit output: broadcast axes, then labels used once, sorted
+        letters = [c for t in terms_in for c in t.replace("...", "")]
+        once = sorted(c for c in set(letters) if letters.count(c) == 1)
+        out = ("..." if "..." in ins else "") + "".join(once)
+    free = iter(c for c in _LABELS if c not in spec)
+    n_ell = [len(s) - len(t) + 3 if "..." in t else 0 for t, s in zip(terms_in, shapes)]
+    batch = [next(free) for _ in range(max(n_ell, default=0))]
+    terms = []
+    for t, ne in zip(terms_in, n_ell):
+        pre, _, post = t.partition("...")
+        terms.append(list(pre) + (batch[len(batch) - ne :] if ne else []) + list(post))
+    size: dict = {}
+    for labels, shape in zip(terms, shapes):
+        if len(set(labels)) != len(labels):
+            return None
+        for c, d in zip(labels, shape):
+            if d != 1:
+                size[c] = d
+    for labels, shape in zip(terms, shapes):
+        for k, (c, d) in enumerate(zip(labels, shape)):
+            if d == 1 and size.get(c, 1) != 1:
+                labels[k] = next(free)
+    pre, _, post = out.partition("...")
+    out_labels = list(pre) + (batch if "..." in out else []) + list(post)
+    return terms, out_labels
+
+
+def _einsum_jvp(params, tangents, primals, outs):
+    if not is_float_tensor(outs[0]):
+        return [None]
+    acc = None
+    for i, t in enumerate(tangents):
+        if t is None or not is_float_tensor(primals[i]):
+            continue
+        ops = [x._impl for x in primals]
+        ops[i] = t._impl
+        term = Tensor._wrap(bind(einsum_p, ops, params)[0])
+        acc = term if acc is None else acc + term
+    return [acc]
+
+
+def _derived_vjp(params, cts, primals, outs):
+    """JAX's derivative of the lowering, for the specs the native rule does not cover (an operand
+    that repeats a label: diagonals, traces)."""
+    return derived_from_jax(einsum_p)["vjp"](params, cts, primals, outs)
+
+
+def _einsum_vjp(params, cts, primals, outs):
+    ct = cts[0]
+    if ct is None or not is_float_tensor(outs[0]):
+        return [None] * len(primals)
+    parsed = _explicit(params[0], tuple(x.shape for x in primals))
+    if parsed is None:
+        return _derived_vjp(params, cts, primals, outs)
+    terms, out_labels = parsed
+    res = []
+    for i, x in enumerate(primals):
+        if not is_float_tensor(x):
+            res.append(None)
+            continue
+        others = [j for j in range(len(primals)) if j != i]
+        present = set(out_labels).union(*(terms[j] for j in others))
+        kept = [c for c in terms[i] if c in present]
+        spec = ",".join(["".join(out_labels)] + ["".join(terms[j]) for j in others])
+        impls = [cast_like(ct, outs[0])._impl] + [primals[j]._impl for j in others]
+        g = Tensor._wrap(bind(einsum_p, impls, (f"{spec}->{''.join(kept)}", params[1]))[0])
+        if len(kept) != len(terms[i]):  # labels summed only in this operand: broadcast back
+            dims = tuple(k for k, c in enumerate(terms[i]) if c in present)
+            g = Tensor._wrap(bind(broadcast_in_dim_p, [g._impl], (x.shape, dims))[0])
+        res.append(cast_like(g, x))
+    return res
+
+
+# ---- batching rule (see _batch.py): one more einsum letter per batch axis ---------------------
+
+
+def _einsum_batch(params, bds, *xs):
+    spec, dt = params
+    ins, out = spec.split("->")
+    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec]
+    bshape = _batch_shape(xs, bds)
+    letters = "".join(free[: len(bshape)])
+    terms, args = [], []
+    for term, x, b in zip(ins.split(","), xs, bds):
+        if b:
+            x = to_full_batch(x, b, bshape[:b])  # size-1 batch axes cannot share a letter
+        terms.append(letters[:b] + term)
+        args.append(x.astype(dt))
+    full = ",".join(terms) + "->" + letters + out
+    return jnp.einsum(full, *args, preferred_element_type=dt)
+
+
+einsum_p = primitive(
+    "einsum",
+    _einsum_aval,
+    _einsum_lower,
+    jvp=_einsum_jvp,
+    vjp=_einsum_vjp,
+    batch=_einsum_batch,
+    shard=_shard.einsum,
+)
+
+
+# ---- builders --------------------------------------------------------------------------------
 
 
 def _operands(op, xs):
@@ -139,145 +270,3 @@ def dot(a, b) -> Tensor:
     lb = "".join(letters)
     out = la[:-1] + lb.replace(la[-1], "")
     return Tensor._wrap(bind(einsum_p, [ai, bi], (f"{la},{lb}->{out}", dt))[0])
-
-
-def outer(a, b) -> Tensor:
-    """Outer product of the flattened inputs."""
-    ta = a if isinstance(a, Tensor) else Tensor._wrap(to_impl(a))
-    tb = b if isinstance(b, Tensor) else Tensor._wrap(to_impl(b))
-    return reshape(ta, (-1, 1)) * reshape(tb, (1, -1))
-
-
-# ---- derivative rules ------------------------------------------------------------------------
-# einsum is multilinear: the tangent is a sum of einsums with one operand replaced by its tangent,
-# and the cotangent of operand i is an einsum of the output cotangent with the other operands. To
-# write that einsum, the spec is made explicit and free of ``...``: the broadcast batch axes get
-# letters of their own, and an axis of size 1 that broadcasts against a larger one gets a fresh
-# letter (it is then summed over, which changes nothing in the forward pass and sums the
-# cotangent as broadcasting requires).
-
-_LABELS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_parse_cache = _caches.Cache("ops.einsum_specs", 4096)
-_derived_vjp = None  # JAX-derived rule for specs the native rule does not cover (diagonals)
-
-
-def _explicit(spec: str, shapes) -> tuple | None:
-    """``(operand labels, output labels)`` for ``spec`` on ``shapes``, or None when an operand
-    repeats a label (a diagonal) or labels run out."""
-
-    def parse():
-        try:
-            return _explicit_uncached(spec, shapes)
-        except StopIteration:
-            return None
-
-    return _parse_cache.get_or_make((spec, shapes), parse)
-
-
-def _explicit_uncached(spec: str, shapes) -> tuple | None:
-    ins, out = spec.split("->") if "->" in spec else (spec, None)
-    terms_in = ins.split(",")
-    if out is None:  # implicit output: broadcast axes, then labels used once, sorted
-        letters = [c for t in terms_in for c in t.replace("...", "")]
-        once = sorted(c for c in set(letters) if letters.count(c) == 1)
-        out = ("..." if "..." in ins else "") + "".join(once)
-    free = iter(c for c in _LABELS if c not in spec)
-    n_ell = [len(s) - len(t) + 3 if "..." in t else 0 for t, s in zip(terms_in, shapes)]
-    batch = [next(free) for _ in range(max(n_ell, default=0))]
-    terms = []
-    for t, ne in zip(terms_in, n_ell):
-        pre, _, post = t.partition("...")
-        terms.append(list(pre) + (batch[len(batch) - ne :] if ne else []) + list(post))
-    size: dict = {}
-    for labels, shape in zip(terms, shapes):
-        if len(set(labels)) != len(labels):
-            return None
-        for c, d in zip(labels, shape):
-            if d != 1:
-                size[c] = d
-    for labels, shape in zip(terms, shapes):
-        for k, (c, d) in enumerate(zip(labels, shape)):
-            if d == 1 and size.get(c, 1) != 1:
-                labels[k] = next(free)
-    pre, _, post = out.partition("...")
-    out_labels = list(pre) + (batch if "..." in out else []) + list(post)
-    return terms, out_labels
-
-
-def _einsum_jvp(params, tangents, primals, outs):
-    if not is_float_tensor(outs[0]):
-        return [None]
-    acc = None
-    for i, t in enumerate(tangents):
-        if t is None or not is_float_tensor(primals[i]):
-            continue
-        ops = [x._impl for x in primals]
-        ops[i] = t._impl
-        term = Tensor._wrap(bind(einsum_p, ops, params)[0])
-        acc = term if acc is None else acc + term
-    return [acc]
-
-
-def _einsum_vjp(params, cts, primals, outs):
-    ct = cts[0]
-    if ct is None or not is_float_tensor(outs[0]):
-        return [None] * len(primals)
-    parsed = _explicit(params[0], tuple(x.shape for x in primals))
-    if parsed is None:
-        return _derived_vjp(params, cts, primals, outs)
-    terms, out_labels = parsed
-    res = []
-    for i, x in enumerate(primals):
-        if not is_float_tensor(x):
-            res.append(None)
-            continue
-        others = [j for j in range(len(primals)) if j != i]
-        present = set(out_labels).union(*(terms[j] for j in others))
-        kept = [c for c in terms[i] if c in present]
-        spec = ",".join(["".join(out_labels)] + ["".join(terms[j]) for j in others])
-        impls = [cast_like(ct, outs[0])._impl] + [primals[j]._impl for j in others]
-        g = Tensor._wrap(bind(einsum_p, impls, (f"{spec}->{''.join(kept)}", params[1]))[0])
-        if len(kept) != len(terms[i]):  # labels summed only in this operand: broadcast back
-            dims = tuple(k for k, c in enumerate(terms[i]) if c in present)
-            g = Tensor._wrap(bind(broadcast_in_dim_p, [g._impl], (x.shape, dims))[0])
-        res.append(cast_like(g, x))
-    return res
-
-
-def _install_rules() -> None:
-    global _derived_vjp
-    derive_from_jax(einsum_p)
-    _derived_vjp = einsum_p.vjp
-    einsum_p.jvp, einsum_p.vjp = _einsum_jvp, _einsum_vjp
-
-
-_install_rules()
-
-
-# ---- batching rule (see _batch.py): one more einsum letter per batch axis ---------------------
-
-
-def _einsum_batch(params, bds, *xs):
-    spec, dt = params
-    ins, out = spec.split("->")
-    free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec]
-    bshape = _batch_shape(xs, bds)
-    letters = "".join(free[: len(bshape)])
-    terms, args = [], []
-    for term, x, b in zip(ins.split(","), xs, bds):
-        if b:
-            x = to_full_batch(x, b, bshape[:b])  # size-1 batch axes cannot share a letter
-        terms.append(letters[:b] + term)
-        args.append(x.astype(dt))
-    full = ",".join(terms) + "->" + letters + out
-    return jnp.einsum(full, *args, preferred_element_type=dt)
-
-
-einsum_p.batch = _einsum_batch
-
-
-def _install_shard_rules() -> None:
-    einsum_p.shard = _shard.einsum
-
-
-_install_shard_rules()

@@ -1,4 +1,5 @@
-"""Keyed random numbers (``nx.random``), bit-for-bit those of ``jax.random`` with the same key.
+"""Keyed random numbers (``nx.random``), bit-for-bit those of ``jax.random`` with the same key:
+the random primitives, their builders and the global key (``bernoulli``: core/ops/random.py).
 
 A key is a ``uint32[2]`` tensor (JAX's raw threefry key data), so keys are ordinary tensors: they can
 be split, stored, indexed and (later) batched. Outside ``compile`` the key may be omitted; then a
@@ -24,11 +25,11 @@ from ..primitive import primitive
 from ..realize import tracing_guard
 from ..tensor import Tensor, to_impl
 from . import _shard
-from ._batch import vmap_rule
-from ._rules import nondifferentiable
+from ._batch import batched_by_vmap
+from ._rules import NONDIFFERENTIABLE
 from ._util import norm_shape
 
-__all__ = ["key", "split", "normal", "uniform", "randint", "bernoulli", "seed"]
+__all__ = ["key", "split", "normal", "uniform", "randint", "seed"]
 
 
 def _key_aval(shape):
@@ -39,29 +40,44 @@ def _wrap_key(k):
     return jax.random.wrap_key_data(k, impl="threefry2x32")
 
 
+# Random bits have no derivative (as in JAX); each primitive batches through jax.vmap of its
+# lowering and has no useful layout to propose: replicated (correct).
+
 split_p = primitive(
     "random_split",
     lambda params, k: (_key_aval((params[0],)),),
     lambda params, k: jax.random.key_data(jax.random.split(_wrap_key(k), params[0])),
     differentiable=False,
+    **NONDIFFERENTIABLE,
+    rules=batched_by_vmap,
+    shard=_shard.replicated,
 )
 normal_p = primitive(
     "random_normal",
     lambda params, k: ((params[0], params[1]),),
     lambda params, k: jax.random.normal(_wrap_key(k), params[0], params[1]),
     differentiable=False,
+    **NONDIFFERENTIABLE,
+    rules=batched_by_vmap,
+    shard=_shard.replicated,
 )
 uniform_p = primitive(
     "random_uniform",
     lambda params, k: ((params[0], params[1]),),
     lambda params, k: jax.random.uniform(_wrap_key(k), params[0], params[1], params[2], params[3]),
     differentiable=False,
+    **NONDIFFERENTIABLE,
+    rules=batched_by_vmap,
+    shard=_shard.replicated,
 )
 randint_p = primitive(
     "random_randint",
     lambda params, k: ((params[0], params[1]),),
     lambda params, k: jax.random.randint(_wrap_key(k), params[0], params[2], params[3], params[1]),
     differentiable=False,
+    **NONDIFFERENTIABLE,
+    rules=batched_by_vmap,
+    shard=_shard.replicated,
 )
 
 
@@ -206,33 +222,3 @@ def randint(key=None, shape=(), low=0, high=None, dtype=None) -> Tensor:
         raise op_error(DTypeError, "random.randint", f"dtype must be an integer dtype, got {dt}")
     params = (norm_shape("random.randint", shape), dt, int(low), int(high))
     return Tensor._wrap(bind(randint_p, [k._impl], params)[0])
-
-
-def bernoulli(key=None, p=0.5, shape=None) -> Tensor:
-    """Booleans that are true with probability ``p`` (same values as ``jax.random.bernoulli``)."""
-    pt = p if isinstance(p, Tensor) else None
-    if shape is None:
-        shape = pt.shape if pt is not None else np.shape(p)
-    return uniform(key, shape) < p
-
-
-def _install_rules() -> None:
-    nondifferentiable(split_p, normal_p, uniform_p, randint_p)
-
-
-_install_rules()
-
-
-def _install_vmap_and_shard_rules() -> None:
-    # batched through jax.vmap of the lowering; no useful layout to propose: replicated (correct)
-    for p in (
-        split_p,
-        normal_p,
-        uniform_p,
-        randint_p,
-    ):
-        p.batch = vmap_rule(p)
-        p.shard = _shard.replicated
-
-
-_install_vmap_and_shard_rules()

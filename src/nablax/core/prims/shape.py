@@ -1,5 +1,14 @@
-"""Shape primitives (reshape, transpose, broadcast_in_dim, concatenate, slice, pad, rev, split)
-and the composites built on them (squeeze, expand_dims, stack, tile, repeat, moveaxis, ...)."""
+"""Shape primitives (reshape, transpose, broadcast_in_dim, concatenate, slice, pad, rev, split),
+each one record with all of its rules, and the builders that bind them (``reshape``,
+``transpose``, ``moveaxis``, ``broadcast_to``, ``expand_dims``, ``concatenate``, ``split``,
+``unbind``, ``pad``, ``flip``). The NumPy-style composites over them (``squeeze``, ``stack``,
+``tile``, ``repeat``, ``chunk``, ...) are in core/ops/shape.py.
+
+All of these primitives are linear in their tensor input(s): the jvp applies the primitive to the
+tangent, the vjp applies its transpose, both built from shape primitives so any order works. The
+one sum a transpose needs (of ``broadcast_in_dim``) is ``Tensor.sum``, bound late, since the
+reduce family sits above this one.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +22,13 @@ from jax import lax
 from ...errors import ShapeError, op_error
 from ..build import TensorImpl, bind
 from ..dtypes import promote
+from ..graph import Const
 from ..host import exact_scalar
 from ..primitive import primitive
 from ..tensor import Tensor, to_impl
+from . import _shard
+from ._batch import _batch_shape, shift, to_full_batch, unary_rule
+from ._rules import cast_like, is_float_tensor, linear
 from ._util import as_dim, norm_axes, norm_axis, norm_shape
 from .elementwise import astype
 
@@ -37,37 +50,77 @@ def _wrap1(prim, inputs, params) -> Tensor:
     return Tensor._wrap(bind(prim, inputs, params)[0])
 
 
-# ---- primitives ------------------------------------------------------------------------------
+def _bind1(prim, xs, params) -> Tensor:
+    return Tensor._wrap(bind(prim, [x._impl for x in xs], params)[0])
+
+
+def _lead(b: int) -> tuple:
+    return tuple(range(b))
+
+
+# ---- reshape, transpose, broadcast_in_dim ---------------------------------------------------
+
+
+def _reshape_t(params, ct, x):
+    return _bind1(reshape_p, [cast_like(ct, x)], (x.shape,))
+
 
 reshape_p = primitive(
     "reshape",
     lambda params, x: ((params[0], x[1]),),
     lambda params, x: lax.reshape(x, params[0]),
+    rules=linear(_reshape_t),
+    batch=unary_rule(lambda p, b, x: lax.reshape(x, tuple(x.shape[:b]) + p[0])),
+    shard=_shard.reshape,
 )
+
+
+def _transpose_t(params, ct, x):
+    inverse = tuple(int(i) for i in np.argsort(params[0]))
+    return _bind1(transpose_p, [cast_like(ct, x)], (inverse,))
+
+
 transpose_p = primitive(
     "transpose",
     lambda params, x: ((tuple(x[0][p] for p in params[0]), x[1]),),
     lambda params, x: lax.transpose(x, params[0]),
+    rules=linear(_transpose_t),
+    batch=unary_rule(lambda p, b, x: lax.transpose(x, _lead(b) + shift(p[0], b))),
+    shard=_shard.transpose,
 )
+
+
+def _broadcast_in_dim_t(params, ct, x):
+    ct = cast_like(ct, x)
+    shape, dims = params
+    stretched = {d for i, d in enumerate(dims) if x.shape[i] == 1 and shape[d] != 1}
+    axes = tuple(a for a in range(len(shape)) if a not in dims or a in stretched)
+    if axes:
+        ct = ct.sum(axis=axes)  # one reduce_sum node (the reduce family sits above this one)
+    return ct if ct.shape == x.shape else _bind1(reshape_p, [ct], (x.shape,))
+
+
 broadcast_in_dim_p = primitive(
     "broadcast_in_dim",
     lambda params, x: ((params[0], x[1]),),
     lambda params, x: lax.broadcast_in_dim(x, params[0], params[1]),
+    rules=linear(_broadcast_in_dim_t),
+    batch=unary_rule(
+        lambda p, b, x: lax.broadcast_in_dim(
+            x, tuple(x.shape[:b]) + p[0], _lead(b) + shift(p[1], b)
+        )
+    ),
+    shard=_shard.broadcast_in_dim,
 )
 
 
-def _concat_aval(params, *avals):
-    axis = params[0]
-    shape = list(avals[0][0])
-    shape[axis] = sum(a[0][axis] for a in avals)
-    return ((tuple(shape), params[1]),)
+def _filled(shape: tuple, value, dtype) -> Tensor:
+    """A lazy tensor of ``shape`` filled with the scalar ``value`` (already exact in ``dtype``):
+    a broadcast of a constant, which XLA fuses into its consumers."""
+    return Tensor._wrap(bind(broadcast_in_dim_p, [Const(value, dtype)], (shape, ()))[0])
 
 
-concatenate_p = primitive(
-    "concatenate",
-    _concat_aval,
-    lambda params, *xs: lax.concatenate([x.astype(params[1]) for x in xs], params[0]),
-)
+# ---- slice, pad, rev ---------------------------------------------------------------------------
 
 
 def _slice_aval(params, x):
@@ -76,10 +129,41 @@ def _slice_aval(params, x):
     return ((shape, x[1]),)
 
 
+def _slice_t(params, ct, x):
+    ct = cast_like(ct, x)
+    starts, _, strides = params
+    out = ct.shape
+    if 0 in out:
+        return _filled(x.shape, 0, x.dtype)
+    spans = tuple((n - 1) * s + 1 for n, s in zip(out, strides))  # extent covered in x
+    strided = {a for a, (n, s) in enumerate(zip(out, strides)) if s != 1 and n > 1}
+    if strided:  # dilate: s-1 zeros after each element (a new axis padded, then merged)
+        spread, widths = [], []
+        for a, n in enumerate(out):
+            spread.append(n)
+            widths.append((0, 0))
+            if a in strided:
+                spread.append(1)
+                widths.append((0, strides[a] - 1))
+        ct = _bind1(reshape_p, [ct], (tuple(spread),))
+        ct = _bind1(pad_p, [ct], (tuple(widths), 0))
+        dilated = tuple(n * strides[a] if a in strided else n for a, n in enumerate(out))
+        ct = _bind1(reshape_p, [ct], (dilated,))
+        if dilated != spans:
+            ct = _bind1(slice_p, [ct], ((0,) * len(out), spans, (1,) * len(out)))
+    widths = tuple((st, d - st - sp) for st, d, sp in zip(starts, x.shape, spans))
+    return _bind1(pad_p, [ct], (widths, 0))
+
+
 slice_p = primitive(
     "slice",
     _slice_aval,
     lambda params, x: lax.slice(x, params[0], params[1], params[2]),
+    rules=linear(_slice_t),
+    batch=unary_rule(
+        lambda p, b, x: lax.slice(x, (0,) * b + p[0], tuple(x.shape[:b]) + p[1], (1,) * b + p[2])
+    ),
+    shard=_shard.unchanged_dims,
 )
 
 
@@ -93,8 +177,93 @@ def _pad_lower(params, x):
     return lax.pad(x, np.array(value, dtype=x.dtype), [(lo, hi, 0) for lo, hi in widths])
 
 
-pad_p = primitive("pad", _pad_aval, _pad_lower)
-rev_p = primitive("rev", lambda params, x: (x,), lambda params, x: lax.rev(x, params[0]))
+def _pad_jvp(params, tangents, primals, outs):
+    t = tangents[0]
+    if t is None or not is_float_tensor(outs[0]):
+        return [None]
+    return [_bind1(pad_p, [t], (params[0], 0))]
+
+
+def _pad_vjp(params, cts, primals, outs):
+    ct, x = cts[0], primals[0]
+    if ct is None or not is_float_tensor(x):
+        return [None]
+    widths = params[0]
+    starts = tuple(lo for lo, _ in widths)
+    limits = tuple(lo + d for (lo, _), d in zip(widths, x.shape))
+    return [cast_like(_bind1(slice_p, [ct], (starts, limits, (1,) * len(starts))), x)]
+
+
+pad_p = primitive(
+    "pad",
+    _pad_aval,
+    _pad_lower,
+    jvp=_pad_jvp,
+    vjp=_pad_vjp,
+    batch=unary_rule(lambda p, b, x: _pad_lower((((0, 0),) * b + p[0], p[1]), x)),
+    shard=_shard.unchanged_dims,
+)
+
+
+def _rev_t(params, ct, x):
+    return _bind1(rev_p, [cast_like(ct, x)], params)
+
+
+rev_p = primitive(
+    "rev",
+    lambda params, x: (x,),
+    lambda params, x: lax.rev(x, params[0]),
+    rules=linear(_rev_t),
+    batch=unary_rule(lambda p, b, x: lax.rev(x, shift(p[0], b))),
+    shard=_shard.replicate_dims(lambda params, avals: params[0]),
+)
+
+# ---- concatenate, split (each other's transpose) ----------------------------------------------
+
+
+def _concat_aval(params, *avals):
+    axis = params[0]
+    shape = list(avals[0][0])
+    shape[axis] = sum(a[0][axis] for a in avals)
+    return ((tuple(shape), params[1]),)
+
+
+def _concatenate_jvp(params, tangents, primals, outs):
+    if all(t is None for t in tangents) or not is_float_tensor(outs[0]):
+        return [None]
+    dt = params[1]
+    ts = [t if t is not None else _filled(x.shape, 0, dt) for t, x in zip(tangents, primals)]
+    return [_bind1(concatenate_p, ts, params)]
+
+
+def _concatenate_vjp(params, cts, primals, outs):
+    ct = cts[0]
+    if ct is None or not is_float_tensor(outs[0]):
+        return [None] * len(primals)
+    axis = params[0]
+    sizes = tuple(x.shape[axis] for x in primals)
+    parts = bind(split_p, [ct._impl], (sizes, axis))
+    return [
+        cast_like(Tensor._wrap(p), x) if is_float_tensor(x) else None
+        for p, x in zip(parts, primals)
+    ]
+
+
+def _concatenate_batch(params, bds, *xs):
+    bshape = _batch_shape(xs, bds)
+    full = [to_full_batch(x, b, bshape).astype(params[1]) for x, b in zip(xs, bds)]
+    return lax.concatenate(full, params[0] + len(bshape))
+
+
+concatenate_p = primitive(
+    "concatenate",
+    _concat_aval,
+    lambda params, *xs: lax.concatenate([x.astype(params[1]) for x in xs], params[0]),
+    jvp=_concatenate_jvp,
+    vjp=_concatenate_vjp,
+    batch=_concatenate_batch,
+    shard=_shard.concatenate,
+)
 
 
 def _split_aval(params, x):
@@ -112,9 +281,38 @@ def _split_lower(params, x):
     return tuple(lax.split(x, sizes, axis))
 
 
-split_p = primitive("split", _split_aval, _split_lower, multiple_results=True)
+def _split_jvp(params, tangents, primals, outs):
+    t = tangents[0]
+    if t is None or not is_float_tensor(primals[0]):
+        return [None] * len(outs)
+    return [Tensor._wrap(o) for o in bind(split_p, [t._impl], params)]
 
-# ---- public ops ------------------------------------------------------------------------------
+
+def _split_vjp(params, cts, primals, outs):
+    x = primals[0]
+    if all(c is None for c in cts) or not is_float_tensor(x):
+        return [None]
+    parts = [
+        cast_like(c, x) if c is not None else _filled(o.shape, 0, x.dtype)
+        for c, o in zip(cts, outs)
+    ]
+    if len(parts) == 1:
+        return parts
+    return [_bind1(concatenate_p, parts, (params[1], x.dtype))]
+
+
+split_p = primitive(
+    "split",
+    _split_aval,
+    _split_lower,
+    multiple_results=True,
+    jvp=_split_jvp,
+    vjp=_split_vjp,
+    batch=unary_rule(lambda p, b, x: tuple(lax.split(x, p[0], p[1] + b))),
+    shard=_shard.replicate_dims(lambda params, avals: (params[1],)),
+)
+
+# ---- builders ----------------------------------------------------------------------------------
 
 
 def reshape(x, *shape) -> Tensor:
@@ -174,22 +372,6 @@ def _transpose(x, axes, op: str) -> Tensor:
     return _wrap1(transpose_p, [xi], (perm,))
 
 
-def permute(x, *dims) -> Tensor:
-    """PyTorch-style ``permute(x, *dims)``."""
-    if len(dims) == 1 and not isinstance(dims[0], int):
-        dims = tuple(dims[0])
-    return _transpose(x, dims, "permute")
-
-
-def swapaxes(x, axis1: int, axis2: int) -> Tensor:
-    xi = _impl(x, "swapaxes")
-    nd = len(xi.shape)
-    a, b = norm_axis("swapaxes", axis1, nd, "axis1"), norm_axis("swapaxes", axis2, nd, "axis2")
-    perm = list(range(nd))
-    perm[a], perm[b] = perm[b], perm[a]
-    return transpose(x, perm)
-
-
 def moveaxis(x, source, destination) -> Tensor:
     xi = _impl(x, "moveaxis")
     nd = len(xi.shape)
@@ -225,23 +407,6 @@ def _broadcast_to(x, shape, op: str) -> Tensor:
     return _wrap1(broadcast_in_dim_p, [xi], (shape, dims))
 
 
-def squeeze(x, axis=None) -> Tensor:
-    """Remove axes of size 1 (all of them when ``axis`` is None)."""
-    xi = _impl(x, "squeeze")
-    if axis is None:
-        axes = tuple(i for i, d in enumerate(xi.shape) if d == 1)
-    else:
-        axes = norm_axes("squeeze", axis, xi.shape)
-        for a in axes:
-            if xi.shape[a] != 1:
-                raise op_error(
-                    ShapeError,
-                    "squeeze",
-                    f"axis {a} has size {xi.shape[a]}, not 1 (shape {xi.shape})",
-                )
-    return reshape(Tensor._wrap(xi), tuple(d for i, d in enumerate(xi.shape) if i not in axes))
-
-
 def expand_dims(x, axis) -> Tensor:
     """Insert axes of size 1 at ``axis`` (int or tuple), as ``numpy.expand_dims``."""
     return _expand_dims(x, axis, "expand_dims")
@@ -258,11 +423,6 @@ def _expand_dims(x, axis, op: str) -> Tensor:
     for a in axes:
         shape.insert(a, 1)
     return reshape(Tensor._wrap(xi), tuple(shape))
-
-
-def unsqueeze(x, dim: int) -> Tensor:
-    """PyTorch name for :func:`expand_dims` with one axis."""
-    return _expand_dims(x, dim, "unsqueeze")
 
 
 def _result_dtype(impls):
@@ -298,20 +458,6 @@ def concatenate(tensors, axis: int | None = 0) -> Tensor:
     if len(impls) == 1:
         return astype(Tensor._wrap(impls[0]), dt)
     return _wrap1(concatenate_p, impls, (ax, dt))
-
-
-def stack(tensors, axis: int = 0) -> Tensor:
-    """Join tensors along a new axis."""
-    impls = [_impl(t, "stack") for t in tensors]
-    if not impls:
-        raise op_error(ValueError, "stack", "needs at least one tensor")
-    shapes = {i.shape for i in impls}
-    if len(shapes) != 1:
-        raise op_error(
-            ShapeError, "stack", f"all tensors need the same shape, got {sorted(shapes)}"
-        )
-    ax = norm_axis("stack", axis, len(impls[0].shape) + 1)
-    return concatenate([expand_dims(Tensor._wrap(i), ax) for i in impls], ax)
 
 
 def _slice(x: Tensor, starts, limits, strides) -> Tensor:
@@ -366,115 +512,6 @@ def _split(x, indices_or_sections, axis: int, op: str) -> list[Tensor]:
     return [Tensor._wrap(i) for i in bind(split_p, [xi], (sizes, ax))]
 
 
-def chunk(x, chunks: int, axis: int = 0) -> list[Tensor]:
-    """Split into ``min(chunks, n)`` parts along ``axis`` (``n`` its size) whose sizes differ by at
-    most one, the larger ones first, as ``numpy.array_split`` (and Nabla's ``chunk``); unlike
-    ``array_split`` no part is ever empty (as ``torch.chunk``).
-
-    >>> import nablax as nx
-    >>> [c.shape for c in nx.chunk(nx.zeros((10, 2)), 3)]
-    [(4, 2), (3, 2), (3, 2)]
-    >>> len(nx.chunk(nx.zeros(2), 5))
-    2
-    """
-    xi = _impl(x, "chunk")
-    ax = norm_axis("chunk", axis, xi.shape)
-    n = xi.shape[ax]
-    (chunks,) = _ints("chunk", "chunks", chunks)
-    if chunks <= 0:
-        raise op_error(ValueError, "chunk", f"chunks must be positive, got {chunks}")
-    return _split(Tensor._wrap(xi), chunk_bounds(n, chunks), ax, "chunk")
-
-
-def chunk_bounds(n: int, chunks: int) -> list[int]:
-    """Split points of :func:`chunk`: ``min(chunks, n)`` parts, sizes differing by at most one."""
-    k = min(chunks, n)
-    if k <= 1:
-        return []
-    base, extra = divmod(n, k)
-    bounds, at = [], 0
-    for i in range(k - 1):
-        at += base + (i < extra)
-        bounds.append(at)
-    return bounds
-
-
-def pad(x, pad_width, mode: str = "constant", constant_values=0) -> Tensor:
-    """Pad with a constant, as ``numpy.pad`` (``pad_width``: int, (before, after), or per axis)."""
-    xi = _impl(x, "pad")
-    if mode != "constant":
-        raise NotImplementedError(f"nx.pad: mode={mode!r} is not implemented; only 'constant'")
-    nd = len(xi.shape)
-    try:
-        pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (nd, 2))
-    except (TypeError, ValueError):
-        raise op_error(
-            ShapeError, "pad", f"pad_width {pad_width!r} does not fit a tensor of rank {nd}"
-        ) from None
-    if (pw < 0).any():
-        raise op_error(ValueError, "pad", f"negative pad widths {pad_width!r}")
-    widths = tuple((int(a), int(b)) for a, b in pw)
-    value = exact_scalar(constant_values, xi.dtype, "pad")  # checked now, not at realization
-    return _wrap1(pad_p, [xi], (widths, value))
-
-
-def flip(x, axis=None) -> Tensor:
-    """Reverse the order of elements along ``axis`` (all axes when None)."""
-    xi = _impl(x, "flip")
-    axes = norm_axes("flip", axis, xi.shape)
-    if not axes:
-        return x if type(x) is Tensor else Tensor._wrap(xi)
-    return _wrap1(rev_p, [xi], (axes,))
-
-
-def tile(x, reps) -> Tensor:
-    """Repeat the whole tensor ``reps`` times per axis, as ``numpy.tile``."""
-    xi = _impl(x, "tile")
-    reps = _ints("tile", "reps", reps)
-    if any(r < 0 for r in reps):
-        raise op_error(ValueError, "tile", f"reps must be >= 0, got {reps}")
-    nd = max(len(xi.shape), len(reps))
-    shape = (1,) * (nd - len(xi.shape)) + xi.shape
-    reps = (1,) * (nd - len(reps)) + reps
-    t = reshape(Tensor._wrap(xi), shape)
-    inter = []
-    for r, d in zip(reps, shape):
-        inter += [r, d]
-    t = broadcast_to(reshape(t, tuple(v for pair in zip((1,) * nd, shape) for v in pair)), inter)
-    return reshape(t, tuple(r * d for r, d in zip(reps, shape)))
-
-
-def repeat(x, repeats, axis: int | None = None) -> Tensor:
-    """Repeat each element, as ``numpy.repeat`` (``axis=None`` flattens first)."""
-    t = Tensor._wrap(_impl(x, "repeat"))
-    if axis is None:
-        t, axis = reshape(t, -1), 0
-    ax = norm_axis("repeat", axis, t.shape)
-    n = t.shape[ax]
-    reps = repeats.numpy() if isinstance(repeats, Tensor) else repeats
-    reps = np.array(_ints("repeat", "repeats", reps), dtype=np.int64).reshape(np.shape(reps))
-    if (reps < 0).any():
-        raise op_error(ValueError, "repeat", f"repeats must be >= 0, got {repeats!r}")
-    if reps.ndim == 0:
-        e = expand_dims(t, ax + 1)
-        shape = list(e.shape)
-        shape[ax + 1] = int(reps)
-        out_shape = list(t.shape)
-        out_shape[ax] = n * int(reps)
-        return reshape(broadcast_to(e, shape), out_shape)
-    if reps.shape not in ((1,), (n,)):
-        raise op_error(
-            ShapeError, "repeat", f"repeats has shape {reps.shape}; axis {ax} has size {n}"
-        )
-    idx = np.repeat(np.arange(n), np.broadcast_to(reps, (n,))).astype(np.int32)
-    return t[(slice(None),) * ax + (idx,)]  # a gather: Tensor.__getitem__ (core/ops/index.py)
-
-
-def ravel(x) -> Tensor:
-    """The tensor flattened to one axis, as ``numpy.ravel``."""
-    return _reshape(x, (-1,), "ravel")
-
-
 def unbind(x, axis: int = 0) -> tuple[Tensor, ...]:
     """The slices of ``x`` along ``axis``, with that axis removed (PyTorch ``unbind``).
 
@@ -505,4 +542,29 @@ def unbind(x, axis: int = 0) -> tuple[Tensor, ...]:
     return tuple(_wrap1(reshape_p, [p], (shape,)) for p in parts)
 
 
-# Derivative, batching and sharding rules: shape_rules.py (imported by ops/__init__.py).
+def pad(x, pad_width, mode: str = "constant", constant_values=0) -> Tensor:
+    """Pad with a constant, as ``numpy.pad`` (``pad_width``: int, (before, after), or per axis)."""
+    xi = _impl(x, "pad")
+    if mode != "constant":
+        raise NotImplementedError(f"nx.pad: mode={mode!r} is not implemented; only 'constant'")
+    nd = len(xi.shape)
+    try:
+        pw = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (nd, 2))
+    except (TypeError, ValueError):
+        raise op_error(
+            ShapeError, "pad", f"pad_width {pad_width!r} does not fit a tensor of rank {nd}"
+        ) from None
+    if (pw < 0).any():
+        raise op_error(ValueError, "pad", f"negative pad widths {pad_width!r}")
+    widths = tuple((int(a), int(b)) for a, b in pw)
+    value = exact_scalar(constant_values, xi.dtype, "pad")  # checked now, not at realization
+    return _wrap1(pad_p, [xi], (widths, value))
+
+
+def flip(x, axis=None) -> Tensor:
+    """Reverse the order of elements along ``axis`` (all axes when None)."""
+    xi = _impl(x, "flip")
+    axes = norm_axes("flip", axis, xi.shape)
+    if not axes:
+        return x if type(x) is Tensor else Tensor._wrap(xi)
+    return _wrap1(rev_p, [xi], (axes,))

@@ -32,18 +32,10 @@ from ..ops.creation import zeros_like
 from ..ops.elementwise import stop_gradient
 from ..primitive import primitive
 from ..prims import _shard
-from ..prims._batch import vmap_rule
+from ..prims._batch import batched_by_vmap
 from ..tensor import Tensor
 from .trace import Opaque
 from .vjp import _fname
-
-custom_vjp_call_p = primitive(
-    "custom_vjp_call",
-    lambda params, *avals: tuple(avals[params[0] :]),
-    lambda params, *xs: tuple(xs[params[0] :]),
-    multiple_results=True,
-    doc="Outputs of a custom_vjp function (inputs: its traced arguments, then its outputs).",
-)
 
 
 class _Record:
@@ -264,15 +256,15 @@ def _custom_jvp_rule(params, tangents, primals, outs):
     )
 
 
-custom_vjp_call_p.vjp = _custom_vjp_rule
-custom_vjp_call_p.jvp = _custom_jvp_rule
-
-
-def _install_vmap_and_shard_rules() -> None:
+custom_vjp_call_p = primitive(
+    "custom_vjp_call",
+    lambda params, *avals: tuple(avals[params[0] :]),
+    lambda params, *xs: tuple(xs[params[0] :]),
+    jvp=_custom_jvp_rule,
+    vjp=_custom_vjp_rule,
     # batched through jax.vmap of the lowering; no useful layout to propose: replicated (correct)
-    for p in (custom_vjp_call_p,):
-        p.batch = vmap_rule(p)
-        p.shard = _shard.replicated
-
-
-_install_vmap_and_shard_rules()
+    rules=batched_by_vmap,
+    shard=_shard.replicated,
+    multiple_results=True,
+    doc="Outputs of a custom_vjp function (inputs: its traced arguments, then its outputs).",
+)

@@ -15,7 +15,7 @@ A call ``nx.shard_map(f, mesh, in_specs, out_specs)(*args)`` is **one lazy graph
 3. The node's inputs are the argument tensors, the captured tensors and the scalars; its
    lowering runs the sub-graph's lowerings between ``jax.lax.with_sharding_constraint`` calls:
    inputs laid out as ``in_specs`` says, outputs as the *plan* (``out_specs``, or the layouts
-   nablax infers with the primitives' sharding rules, core/ops/_shard.py). Inside the enclosing
+   nablax infers with the primitives' sharding rules, core/prims/_shard.py). Inside the enclosing
    ``jax.jit`` program XLA's SPMD partitioner does the rest, so results equal ``f``'s unsharded
    results, and ``.sharding`` of each output shows the plan.
 
@@ -65,17 +65,6 @@ _NO_SUM = 1 << 30  # backward-pass depth: batch levels are summed at the node's 
 
 def _abstract(params, *avals):
     return tuple(params[0].out_avals)
-
-
-shard_map_call_p = primitive(
-    "shard_map_call",
-    _abstract,
-    lambda params, *xs: params[0].run(xs),
-    multiple_results=True,
-    doc="One nx.shard_map call: its staged sub-graph run under sharding constraints.",
-)
-shard_map_call_p.batch = lambda params, bds, *xs: params[0].run(xs)  # staged already batched
-shard_map_call_p.shard = lambda params, lays, ins, outs: params[0].layouts()
 
 
 def _call(body: Body, refs: list, bds: list) -> list:
@@ -166,8 +155,17 @@ def _jvp(params, tangents, primals, outs):
     return res
 
 
-shard_map_call_p.vjp = _vjp
-shard_map_call_p.jvp = _jvp
+shard_map_call_p = primitive(
+    "shard_map_call",
+    _abstract,
+    lambda params, *xs: params[0].run(xs),
+    jvp=_jvp,
+    vjp=_vjp,
+    batch=lambda params, bds, *xs: params[0].run(xs),  # staged already batched
+    shard=lambda params, lays, ins, outs: params[0].layouts(),
+    multiple_results=True,
+    doc="One nx.shard_map call: its staged sub-graph run under sharding constraints.",
+)
 
 
 # ---- the public transform --------------------------------------------------------------------

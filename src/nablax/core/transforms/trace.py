@@ -88,12 +88,12 @@ trace_input_p = primitive(
     "trace_input",
     lambda params, x: (x,),
     lambda params, x: x,
+    jvp=lambda params, tangents, primals, outs: [tangents[0]],
+    vjp=lambda params, cts, primals, outs: [cts[0]],
+    batch=lambda params, bds, x: x,
+    shard=lambda params, layouts, in_avals, out_avals: (layouts[0],),
     doc="Identity node marking a differentiated input of a transform (see transforms/trace.py).",
 )
-trace_input_p.jvp = lambda params, tangents, primals, outs: [tangents[0]]
-trace_input_p.vjp = lambda params, cts, primals, outs: [cts[0]]
-trace_input_p.batch = lambda params, bds, x: x
-trace_input_p.shard = lambda params, layouts, in_avals, out_avals: (layouts[0],)
 
 
 def mark(t: Tensor, trace: Trace) -> Tensor:

@@ -41,108 +41,6 @@ from ..ops.shape import broadcast_to, expand_dims, moveaxis
 from ..primitive import primitive
 from ..tensor import Tensor
 
-# ---- the batch-axis view primitives ----------------------------------------------------------
-
-incr_batch_dims_p = primitive(
-    "incr_batch_dims",
-    lambda params, x: ((x[0][1:], x[1]),),
-    lambda params, x: x,
-    doc="Logical axis 0 becomes the innermost batch axis (no data movement).",
-)
-decr_batch_dims_p = primitive(
-    "decr_batch_dims",
-    lambda params, x: (((params[0],) + x[0], x[1]),),  # params: (size of that batch axis,)
-    lambda params, x: x,
-    doc="The innermost batch axis becomes logical axis 0 (no data movement).",
-)
-incr_batch_dims_p.batch = lambda params, bds, x: x
-decr_batch_dims_p.batch = lambda params, bds, x: x
-# the batch axes are not part of the logical layout (core/ops/_shard.py): the dimension that
-# becomes one loses its axes, one that comes back is replicated; the others keep theirs
-incr_batch_dims_p.shard = lambda params, lays, ins, outs: (lays[0][1:],)
-decr_batch_dims_p.shard = lambda params, lays, ins, outs: (((),) + lays[0],)
-
-
-def _view(prim, params, t: Tensor, shape: tuple, bshape: tuple) -> Tensor:
-    impl = t._impl
-    ref = impl.src if impl.src is not None else impl.value
-    if impl.src is not None:
-        n = src_node(impl.src)
-        depth, trace = n.depth + 1, n.trace
-    else:
-        depth, trace = 1, None
-    bd = ((len(impl.batch_shape),), bshape)
-    (out,) = make_outputs(prim, params, (ref,), depth, [(shape, impl.dtype)], trace, bd)
-    return Tensor._wrap(out)
-
-
-def incr_batch_dims(t: Tensor) -> Tensor:
-    """``t`` with its logical axis 0 turned into a new innermost batch axis."""
-    i = t._impl
-    if not i.shape:
-        raise op_error(ValueError, "incr_batch_dims", "a 0-d tensor has no axis to batch")
-    return _view(incr_batch_dims_p, (), t, i.shape[1:], i.batch_shape + i.shape[:1])
-
-
-def decr_batch_dims(t: Tensor) -> Tensor:
-    """``t`` with its innermost batch axis turned into logical axis 0."""
-    i = t._impl
-    if not i.batch_shape:
-        raise op_error(ValueError, "decr_batch_dims", "the tensor has no batch axis")
-    b = i.batch_shape
-    return _view(decr_batch_dims_p, (b[-1],), t, b[-1:] + i.shape, b[:-1])
-
-
-def move_axis_to_batch_dims(t: Tensor, axis: int) -> Tensor:
-    """Logical ``axis`` of ``t`` as a new innermost batch axis."""
-    return incr_batch_dims(moveaxis(t, axis, 0) if axis else t)
-
-
-def pad_levels(t: Tensor, n: int) -> Tensor:
-    """``t`` with size-1 batch axes added for the inner levels it lacks, up to ``n`` batch axes."""
-    while t._impl.batch_dims < n:
-        t = incr_batch_dims(t.reshape((1,) + t.shape))
-    return t
-
-
-def sum_to_batch(ct: Tensor, bshape: tuple, fwd_bshape: tuple, depth: int) -> Tensor:
-    """The cotangent ``ct`` of an input with batch shape ``bshape`` to a node whose forward
-    output has batch shape ``fwd_bshape``, summed over the levels where the forward op broadcast
-    that input across examples, from ``depth`` on (the vmaps opened inside the transform whose
-    backward pass this is; levels below ``depth`` enclose the transform, so each example there has
-    its own gradient: ``vmap(grad(f))`` is per-example, ``grad(vmap(f))`` a sum).
-
-    Levels the output has and the input lacks are summed away, size 1 or not (a size-1 level left
-    on a gradient could never be read); levels where the input has size 1 are summed to size 1.
-    A cotangent's levels past the forward output's are cotangent-only (``vmap`` of a ``vjp``
-    function, as in ``jacrev``): they stay, right after the input's own levels."""
-    cb = ct._impl.batch_shape
-    nb, nx, top = len(cb), len(bshape), min(len(cb), len(fwd_bshape))
-    drop = list(range(max(nx, depth), top))
-    ones = [
-        k
-        for k in range(depth, min(nx, top))
-        if bshape[k] == 1 and cb[k] != 1 and fwd_bshape[k] != 1
-    ]
-    if not drop and not ones:
-        return ct
-    m = min(drop + ones)
-    for _ in range(nb - m):  # levels m.. become logical axes 0.. (outermost first)
-        ct = decr_batch_dims(ct)
-    if ones:
-        ct = _sum(ct, tuple(k - m for k in ones), keepdims=True)
-    if drop:
-        ct = _sum(ct, tuple(k - m for k in drop))
-    for _ in range(nb - m - len(drop)):  # the kept levels go back, outermost first
-        ct = incr_batch_dims(ct)
-    return ct
-
-
-def vmap_depth() -> int:
-    """How many vmaps enclose the current code (0 outside any)."""
-    return CTX.vmap_depth
-
-
 # ---- autodiff of the view primitives ----------------------------------------------------------
 #
 # Batch levels are positional, so the rules below keep one invariant. In the backward pass of a
@@ -232,8 +130,112 @@ def _decr_vjp(params, cts, primals, outs):
     return [None if ct is None else _insert_level(ct, outs[0]._impl.batch_dims)]
 
 
-incr_batch_dims_p.jvp, incr_batch_dims_p.vjp = _incr_jvp, _incr_vjp
-decr_batch_dims_p.jvp, decr_batch_dims_p.vjp = _decr_jvp, _decr_vjp
+# ---- the batch-axis view primitives ----------------------------------------------------------
+# Batching: both are the identity on physical values, batched or not (no data movement).
+# Sharding: the batch axes are not part of the logical layout (core/prims/_shard.py): the
+# dimension that becomes one loses its axes, one that comes back is replicated; the others keep
+# theirs.
+
+incr_batch_dims_p = primitive(
+    "incr_batch_dims",
+    lambda params, x: ((x[0][1:], x[1]),),
+    lambda params, x: x,
+    jvp=_incr_jvp,
+    vjp=_incr_vjp,
+    batch=lambda params, bds, x: x,
+    shard=lambda params, lays, ins, outs: (lays[0][1:],),
+    doc="Logical axis 0 becomes the innermost batch axis (no data movement).",
+)
+decr_batch_dims_p = primitive(
+    "decr_batch_dims",
+    lambda params, x: (((params[0],) + x[0], x[1]),),  # params: (size of that batch axis,)
+    lambda params, x: x,
+    jvp=_decr_jvp,
+    vjp=_decr_vjp,
+    batch=lambda params, bds, x: x,
+    shard=lambda params, lays, ins, outs: (((),) + lays[0],),
+    doc="The innermost batch axis becomes logical axis 0 (no data movement).",
+)
+
+
+def _view(prim, params, t: Tensor, shape: tuple, bshape: tuple) -> Tensor:
+    impl = t._impl
+    ref = impl.src if impl.src is not None else impl.value
+    if impl.src is not None:
+        n = src_node(impl.src)
+        depth, trace = n.depth + 1, n.trace
+    else:
+        depth, trace = 1, None
+    bd = ((len(impl.batch_shape),), bshape)
+    (out,) = make_outputs(prim, params, (ref,), depth, [(shape, impl.dtype)], trace, bd)
+    return Tensor._wrap(out)
+
+
+def incr_batch_dims(t: Tensor) -> Tensor:
+    """``t`` with its logical axis 0 turned into a new innermost batch axis."""
+    i = t._impl
+    if not i.shape:
+        raise op_error(ValueError, "incr_batch_dims", "a 0-d tensor has no axis to batch")
+    return _view(incr_batch_dims_p, (), t, i.shape[1:], i.batch_shape + i.shape[:1])
+
+
+def decr_batch_dims(t: Tensor) -> Tensor:
+    """``t`` with its innermost batch axis turned into logical axis 0."""
+    i = t._impl
+    if not i.batch_shape:
+        raise op_error(ValueError, "decr_batch_dims", "the tensor has no batch axis")
+    b = i.batch_shape
+    return _view(decr_batch_dims_p, (b[-1],), t, b[-1:] + i.shape, b[:-1])
+
+
+def move_axis_to_batch_dims(t: Tensor, axis: int) -> Tensor:
+    """Logical ``axis`` of ``t`` as a new innermost batch axis."""
+    return incr_batch_dims(moveaxis(t, axis, 0) if axis else t)
+
+
+def pad_levels(t: Tensor, n: int) -> Tensor:
+    """``t`` with size-1 batch axes added for the inner levels it lacks, up to ``n`` batch axes."""
+    while t._impl.batch_dims < n:
+        t = incr_batch_dims(t.reshape((1,) + t.shape))
+    return t
+
+
+def sum_to_batch(ct: Tensor, bshape: tuple, fwd_bshape: tuple, depth: int) -> Tensor:
+    """The cotangent ``ct`` of an input with batch shape ``bshape`` to a node whose forward
+    output has batch shape ``fwd_bshape``, summed over the levels where the forward op broadcast
+    that input across examples, from ``depth`` on (the vmaps opened inside the transform whose
+    backward pass this is; levels below ``depth`` enclose the transform, so each example there has
+    its own gradient: ``vmap(grad(f))`` is per-example, ``grad(vmap(f))`` a sum).
+
+    Levels the output has and the input lacks are summed away, size 1 or not (a size-1 level left
+    on a gradient could never be read); levels where the input has size 1 are summed to size 1.
+    A cotangent's levels past the forward output's are cotangent-only (``vmap`` of a ``vjp``
+    function, as in ``jacrev``): they stay, right after the input's own levels."""
+    cb = ct._impl.batch_shape
+    nb, nx, top = len(cb), len(bshape), min(len(cb), len(fwd_bshape))
+    drop = list(range(max(nx, depth), top))
+    ones = [
+        k
+        for k in range(depth, min(nx, top))
+        if bshape[k] == 1 and cb[k] != 1 and fwd_bshape[k] != 1
+    ]
+    if not drop and not ones:
+        return ct
+    m = min(drop + ones)
+    for _ in range(nb - m):  # levels m.. become logical axes 0.. (outermost first)
+        ct = decr_batch_dims(ct)
+    if ones:
+        ct = _sum(ct, tuple(k - m for k in ones), keepdims=True)
+    if drop:
+        ct = _sum(ct, tuple(k - m for k in drop))
+    for _ in range(nb - m - len(drop)):  # the kept levels go back, outermost first
+        ct = incr_batch_dims(ct)
+    return ct
+
+
+def vmap_depth() -> int:
+    """How many vmaps enclose the current code (0 outside any)."""
+    return CTX.vmap_depth
 
 
 # ---- vmap ------------------------------------------------------------------------------------

@@ -1,0 +1,100 @@
+"""Every primitive is one frozen record, created with all of its rules in one module (issue 17,
+point 3): no module attaches a rule later, and the rules a record holds are written in the module
+that creates it or in the shared rule builders of ``nablax.core.prims``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import nablax  # noqa: F401  (registers every primitive)
+from nablax.core.primitive import REGISTRY, Primitive
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "nablax"
+RULE_KINDS = ("jvp", "vjp", "batch", "shard")
+SHARED = {
+    "nablax.core.prims._rules",  # linear(...), derived_from_jax, NONDIFFERENTIABLE
+    "nablax.core.prims._batch",  # elementwise / unary / jax.vmap batch rules
+    "nablax.core.prims._shard",  # sharding rules shared by families
+}
+
+
+def test_records_are_frozen():
+    p = REGISTRY["exp"]
+    with pytest.raises(AttributeError, match="frozen record"):
+        p.jvp = None
+    with pytest.raises(AttributeError, match="frozen record"):
+        p.batch = lambda *a: None
+    assert REGISTRY["exp"].jvp is not None
+
+
+def test_no_module_attaches_rules_after_creation():
+    """No assignment ``<anything>.jvp = ...`` (or vjp/batch/shard) anywhere in src/nablax."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Assign):
+                targets = node.targets
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                targets = [node.target]
+            for t in targets:
+                for e in ast.walk(t):
+                    if isinstance(e, ast.Attribute) and e.attr in RULE_KINDS:
+                        found.append(f"{path.relative_to(SRC.parent)}:{node.lineno}")
+    assert not found, "rules must be given to primitive(...):\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_rules_written_beside_the_record(name):
+    p = REGISTRY[name]
+    assert p.module.startswith("nablax."), p.module
+    for kind in RULE_KINDS:
+        rule = getattr(p, kind)
+        if rule is None:
+            continue
+        where = getattr(rule, "__module__", None)
+        assert where == p.module or where in SHARED, (
+            f"{name}.{kind} is written in {where}, not beside the record in {p.module}"
+        )
+
+
+def test_array_primitives_live_in_prims():
+    """The array primitives are in the prims layer; the others belong to one transform each
+    (as JAX's custom_vjp_call_p and pjit_p do)."""
+    outside = {
+        n: p.module for n, p in REGISTRY.items() if not p.module.startswith("nablax.core.prims.")
+    }
+    assert outside == {
+        "custom_vjp_call": "nablax.core.transforms.custom",
+        "decr_batch_dims": "nablax.core.transforms.vmap",
+        "incr_batch_dims": "nablax.core.transforms.vmap",
+        "kernel_call": "nablax.core.ops.kernel_call",
+        "shard_map_call": "nablax.core.transforms.shard_map",
+        "sharding_constraint": "nablax.core.sharding",
+        "trace_input": "nablax.core.transforms.trace",
+    }
+
+
+def test_rule_factory_given_rule_wins_and_unknown_kind_raises():
+    def mine(params, tangents, primals, outs):
+        return [None]
+
+    p = Primitive(
+        "test_only",
+        lambda params, x: (x,),
+        lambda params, x: x,
+        jvp=mine,
+        rules=lambda prim: {"jvp": None, "batch": ("made for", prim.name)},
+    )
+    assert p.jvp is mine and p.batch == ("made for", "test_only")
+    assert p.module == __name__
+    with pytest.raises(TypeError, match="unknown rule kind 'transpose'"):
+        Primitive(
+            "bad",
+            lambda params, x: (x,),
+            lambda params, x: x,
+            rules=lambda prim: {"transpose": mine},
+        )
