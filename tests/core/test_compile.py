@@ -265,3 +265,43 @@ def test_lazy_arguments_are_computed_by_one_program():
     assert [o.tolist() for o in out] == [[1.0] * 3, [1.0] * 4, [1.0] * 3]
     assert nx.cache_info().realizations - r0 == 1  # not one program per lazy argument
     assert all(a.is_realized for a in args)
+
+
+def test_pytree_arguments_of_realized_tensors_take_the_fast_path_soundly():
+    """Lists/tuples/dicts of realized tensors and numbers skip the general path once their
+    signature is known; the key still holds the structure, shapes, dtypes and number kinds."""
+    traces = []
+
+    def step(params, state, t):
+        traces.append(1)
+        return [p * t + state["s"] for p in params], {"s": state["s"] + 1.0}
+
+    f = nx.compile(step)
+    a, b = np.arange(3.0, dtype=np.float32), np.ones((2, 2), np.float32)
+    params, state = [nx.tensor(a), nx.tensor(b)], {"s": nx.tensor(np.float32(0.5))}
+    for k in range(4):  # the step counter is traced: one trace for all of them
+        out, state2 = f(params, state, k)
+        np.testing.assert_allclose(out[0].numpy(), a * k + 0.5)
+        np.testing.assert_allclose(out[1].numpy(), b * k + 0.5)
+        assert state2["s"].item() == 1.5
+    info = f.cache_info()
+    assert (len(traces), info.hits, info.misses) == (1, 3, 1)
+    assert len(f._fast) == 1  # white box: the signature with its list and dict structure
+
+    # what changes the program is never served by the fast path's entry
+    out, _ = f((params[0], params[1]), state, 2)  # a tuple, not a list: another structure
+    f(params, state, 2.0)  # a float step: another kind of number
+    f([nx.tensor(a.astype(np.float16)), params[1]], state, 2)  # another dtype inside the list
+    assert len(traces) == 4
+    # a lazy tensor inside the list takes the general path (computed, then run)
+    lazy = nx.tensor(a) * 2.0
+    out, _ = f([lazy, params[1]], state, 3)
+    np.testing.assert_allclose(out[0].numpy(), a * 2 * 3 + 0.5)
+    assert len(traces) == 4
+    with pytest.raises(OverflowError, match="does not fit int32"):
+        f(params, state, 2**40)
+    # a dict argument: a changed value under the same key is read, never replayed from the past
+    state["s"] = nx.tensor(np.float32(10.0))
+    out, state2 = f(params, state, 1)
+    np.testing.assert_allclose(out[0].numpy(), a + 10.0)
+    assert state2["s"].item() == 11.0 and len(traces) == 4

@@ -69,11 +69,11 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import GraphBreakError
-from ..build import TensorImpl
 from ..context import CTX
 from ..graph import src_node
 from ..realize import realize_impls
 from ..tensor import Tensor
+from .compile_entry import PY_NUMBERS, Entry, fast_signature
 from .compile_info import LIVE, CacheInfo
 from .scalars import (
     RetraceWatch,
@@ -102,65 +102,6 @@ from .staging import (
     make_placeholder,
     trace_graph,
 )
-
-_PY_NUMBERS = (int, float, bool, complex)
-
-
-class _Entry:
-    """One traced signature: its program, captured arrays and how to rebuild the outputs."""
-
-    __slots__ = (
-        "fn",
-        "captured",
-        "out_def",
-        "out_slots",
-        "out_consts",
-        "out_avals",
-        "eager",
-        "fast_key",
-        "single",
-        "sizes",
-        "out_sizes",
-    )
-
-    fn: Callable[..., Any]  # the program: ``fn(*arrays, *captured)``
-    captured: list[Any]  # realized arrays the traced graph read
-    out_def: Any  # treedef of the output pytree
-    out_slots: list[int]  # leaves that are tensors
-    out_consts: list[Any]  # the other leaves (None at tensor slots)
-    out_avals: list[tuple[Any, Any]]  # (shape, dtype) per tensor leaf
-    eager: bool  # a graph break: this signature runs eagerly
-    fast_key: tuple[Any, ...] | None
-    single: bool  # the output is one tensor
-    sizes: set[tuple[Any, ...]] | None
-    out_sizes: list[tuple[int, Any]] | tuple[()]
-
-    def __init__(self) -> None:
-        self.eager = False
-        self.fast_key = None
-        self.sizes = None  # dynamic_dims: the concrete input shapes seen (one executable each)
-        self.out_sizes = ()  # dynamic_dims: (slot, symbolic size) of sizes returned as values
-
-    def wrap(self, outs, env=None):
-        """The function's output pytree from the program's results (``env``: this call's size of
-        each dynamic dimension, for sizes returned as Python values)."""
-        if self.sizes is not None:  # symbolic output shapes: take them from the values
-            avals = [(tuple(v.shape), np.dtype(v.dtype)) for v in outs]
-        else:
-            avals = self.out_avals
-        if self.single:
-            ((shape, dtype),) = avals
-            t = object.__new__(Tensor)
-            t._impl = TensorImpl(None, outs[0], shape, dtype)
-            return t
-        vals = list(self.out_consts)
-        for slot, d in self.out_sizes:
-            vals[slot] = evaluate(d, env)
-        for slot, v, (shape, dtype) in zip(self.out_slots, outs, avals):
-            t = object.__new__(Tensor)
-            t._impl = TensorImpl(None, v, shape, dtype)
-            vals[slot] = t
-        return self.out_def.unflatten(vals)
 
 
 class Compiled:
@@ -215,32 +156,16 @@ class Compiled:
 
     # ---- calls --------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        if not kwargs and not self._static_nums and not self._dyn:
-            # Fast path: positional arguments that are all realized, untransformed tensors or
-            # Python numbers (passed to the program as they are, weakly typed: see _build).
-            key = []
-            vals = []
-            for a in args:
-                ta = type(a)
-                if ta is not Tensor:
-                    if ta not in _PY_NUMBERS or (ta is int and not -(2**31) <= a < 2**31):
-                        break
-                    key.append(ta)
-                    key.append(None)
-                    vals.append(a)
-                    continue
-                i = a._impl
-                v = i.value
-                if v is None or i.src is not None or i.batch_shape:
-                    break
-                key.append(i.shape)
-                key.append(i.dtype)
-                vals.append(v)
-            else:
-                entry = self._fast.get(tuple(key))
+        fast = not kwargs and not self._static_nums and not self._dyn
+        if (
+            fast
+        ):  # all arguments realized tensors / Python numbers (also inside lists, tuples, dicts)
+            sig = fast_signature(args)
+            if sig is not None:
+                entry = self._fast.get(sig[0])
                 if entry is not None:
                     self._hits += 1
-                    return entry.wrap(entry.fn(*vals, *entry.captured))
+                    return entry.wrap(entry.fn(*sig[1], *entry.captured))
         dyn_args, statics = self._split(args, kwargs)
         leaves, treedef = _tree.flatten(dyn_args)
         key_leaves = []
@@ -286,21 +211,16 @@ class Compiled:
                 self._per_size.add(key)
                 key = (treedef, tuple(key_leaves), statics)
                 entry = self._cache.get(key) or self._trace(args, kwargs, leaves, treedef, key)
-            if not kwargs and not self._static_nums and not entry.eager:
-                if all(type(a) is Tensor or type(a) in _PY_NUMBERS for a in args) and len(
-                    leaves
-                ) == len(args):
-                    entry.fast_key = tuple(
-                        x
-                        for a in args
-                        for x in ((a.shape, a.dtype) if type(a) is Tensor else (type(a), None))
-                    )
-                    self._fast[entry.fast_key] = entry
         else:
             self._hits += 1
             with self._lock:
                 if key in self._cache:
                     self._cache.move_to_end(key)
+        if fast and entry.fast_key is None and not entry.eager:
+            sig = fast_signature(args)
+            if sig is not None:  # later calls with this signature take the fast path
+                entry.fast_key = sig[0]
+                self._fast[sig[0]] = entry
         if entry.eager:
             return self._f(*args, **kwargs)
         return self._run(entry, leaves, env)
@@ -332,7 +252,7 @@ class Compiled:
     def _leaf_label(self, n_args: int, dyn_args, k: int, fix: bool = False):
         return leaf_label(self._sig, self._static_positions(n_args), n_args, dyn_args, k, fix)
 
-    def _run(self, entry: _Entry, leaves, env=None):
+    def _run(self, entry: Entry, leaves, env=None):
         pending = [
             t._impl
             for t in leaves
@@ -385,7 +305,7 @@ class Compiled:
                 out.setdefault(leaf_of[i], {})[d % len(a.shape)] = name
         return out, {name: v[0] for name, v in seen.items()}
 
-    def _trace(self, args, kwargs, leaves, treedef, key, dyn=None, env=None) -> _Entry | None:
+    def _trace(self, args, kwargs, leaves, treedef, key, dyn=None, env=None) -> Entry | None:
         """Trace ``f`` for one signature and store its entry. With ``dyn`` (symbolic sizes),
         ``None`` when the code turned out to depend on the sizes: the caller traces per size."""
         self._traces += 1
@@ -406,7 +326,7 @@ class Compiled:
                 f"now on.",
                 stacklevel=3,
             )
-            entry = _Entry()
+            entry = Entry()
             entry.eager = True
             self._store(key, entry)
             return entry
@@ -439,7 +359,7 @@ class Compiled:
         syms = {n: guarded(d, guard) for n, d in symbols(dyn).items()} if dyn else {}
         dyn_args = None
         for k, leaf in enumerate(leaves):
-            if type(leaf) in _PY_NUMBERS:  # a weakly typed traced scalar (scalars.py)
+            if type(leaf) in PY_NUMBERS:  # a weakly typed traced scalar (scalars.py)
                 if dyn_args is None:
                     dyn_args = _tree.unflatten(treedef, leaves)
                 label, fix = self._leaf_label(len(args), dyn_args, k, fix=True)
@@ -464,9 +384,9 @@ class Compiled:
         call_args, call_kw = self._merge(args, kwargs, dyn_pos, dyn_kw)
         return placeholders, call_args, call_kw
 
-    def _build(self, out, placeholders, dyn, env) -> _Entry:
+    def _build(self, out, placeholders, dyn, env) -> Entry:
         """The entry (program, captured arrays, output layout) for a finished trace."""
-        entry = _Entry()
+        entry = Entry()
         out_leaves, out_def = _tree.flatten(out)
         entry.out_def = out_def
         entry.out_consts = [None if isinstance(o, Tensor) else o for o in out_leaves]
