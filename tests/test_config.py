@@ -122,7 +122,7 @@ def test_a_bad_variable_fails_the_import_naming_it_and_the_accepted_values():
 
 def test_reload_picks_up_a_changed_variable_and_drops_updates(clean_env):
     clean_env.setenv("NABLAX_MAX_GRAPH_DEPTH", "77")
-    assert nx.config.max_graph_depth == 4096  # read at import / reload, not on every get
+    assert nx.config.max_graph_depth == 2048  # read at import / reload, not on every get
     nx.config.reload()
     assert nx.config.max_graph_depth == _config.get("max_graph_depth") == 77
     assert _config.source("max_graph_depth") == "env"
@@ -131,7 +131,7 @@ def test_reload_picks_up_a_changed_variable_and_drops_updates(clean_env):
     assert nx.config.autotune is True and _config.source("autotune") == "default"
     clean_env.delenv("NABLAX_MAX_GRAPH_DEPTH")
     nx.config.reload()
-    assert nx.config.max_graph_depth == 4096 and _config.source("max_graph_depth") == "default"
+    assert nx.config.max_graph_depth == 2048 and _config.source("max_graph_depth") == "default"
 
 
 @pytest.mark.parametrize(
@@ -237,7 +237,7 @@ def test_override_is_per_thread(clean_env):
         for t in threads:
             t.join()
         assert nx.config.max_graph_depth == 33
-    assert seen == {11: [11, 11, 4096], 22: [22, 22, 4096]}
+    assert seen == {11: [11, 11, 2048], 22: [22, 22, 2048]}
 
 
 def test_override_is_per_async_task(clean_env):
@@ -323,7 +323,7 @@ def test_a_bad_value_in_override_applies_none_of_them(clean_env):
     with pytest.raises(ConfigError, match="'ops_stamp'"):
         with nx.config.override(max_graph_depth=9, ops_stamp="xml"):
             pytest.fail("the block must not run")
-    assert nx.config.max_graph_depth == 4096
+    assert nx.config.max_graph_depth == 2048
 
 
 def test_attribute_assignment_is_refused_with_the_fix():
@@ -352,4 +352,4 @@ def test_describe_lists_every_option_with_value_source_variable_and_doc(clean_en
         assert f"variable {opt.env}: " in text
         assert opt.doc[:60] in " ".join(text.split())
     assert nx.config.describe("ops_stamp").splitlines()[0] == "ops_stamp = 'hash'  [default]"
-    assert repr(nx.config).startswith("nx.config(max_graph_depth=4096, ")
+    assert repr(nx.config).startswith("nx.config(max_graph_depth=2048, ")

@@ -147,10 +147,12 @@ def _register(name: str, default: Any, kind: _Kind, doc: str) -> None:
 
 _register(
     "max_graph_depth",
-    4096,
+    2048,
     _int_kind(1),
     "Depth of a pending (unrealized) graph past which nablax realizes it automatically, so that "
-    "loops that never read a value keep bounded memory and never hit recursion limits.",
+    "loops that never read a value keep bounded memory and never hit recursion limits. The cut "
+    "computes only the tensor being built; deeper limits mean fewer, larger programs and more "
+    "memory (XLA compiles each cut's program).",
 )
 _register(
     "executable_cache_size",
@@ -426,7 +428,7 @@ class Config:
         ...     nx.config.max_graph_depth, nx.config.backward_plans
         (100, False)
         >>> nx.config.max_graph_depth
-        4096
+        2048
         """
         return override(**values)
 

@@ -107,7 +107,7 @@ def make_outputs(
     for wr in node.outs:
         note_pending(wr)
     if not depth & 63 and depth > _config.get("max_graph_depth"):  # checked every 64 levels
-        realize_impls(impls)
+        realize_impls(impls, cut=True)
     return impls
 
 

@@ -105,8 +105,16 @@ def epoch() -> int:
     return CTX.epoch
 
 
-def realize_impls(impls) -> None:
-    """Compute every pending impl in ``impls`` (and live intermediates) with one program."""
+def realize_impls(impls, cut: bool = False) -> None:
+    """Compute every pending impl in ``impls`` (and live intermediates) with one program.
+
+    ``cut``: an automatic cut of a deep pending graph (``max_graph_depth``), not a value the user
+    asked for: the program computes ``impls`` only. Other live tensors of the graph (in a loop
+    ``x = x * a + b``, the previous ``x`` and ``x * a``, alive while the new node is built) stay
+    pending: made outputs of one fused program, each would make XLA duplicate the whole
+    element-wise chain above it into its own fusion (a 2000-op chain cut once ran 2.6x slower).
+    A pending tensor the user still holds is computed, from its own graph, when it is read.
+    """
     roots = []
     seen = set()
     for impl in impls:
@@ -118,7 +126,7 @@ def realize_impls(impls) -> None:
     if not roots:
         return
     with gc_paused(), _S.lock:  # see graph.gc_paused
-        _realize(roots)
+        _realize(roots, {id(i) for i in impls} if cut else None)
 
 
 class _Entry:
@@ -140,10 +148,13 @@ class _Entry:
         self.param_fn: Callable | None = None
 
 
-def _realize(roots) -> None:
+def _realize(roots, only=None) -> None:
     seen = _collect(roots, {})
     if CTX.tracing_depth and _tracing_check is not None:
         _tracing_check(seen)
+    if only is not None:  # an automatic cut: these outputs only (see realize_impls)
+        _run(seen, (), only)
+        return
     extra = _connected(seen)
     if extra:
         n_first = len(seen)
@@ -172,8 +183,8 @@ def _boundary(rest: dict, first: dict) -> list:
     return list(out)
 
 
-def _run(seen: dict, boundary) -> None:
-    node_pos, key, leaves, consts, out_impls = _structure(seen, boundary)
+def _run(seen: dict, boundary, only=None) -> None:
+    node_pos, key, leaves, consts, out_impls = _structure(seen, boundary, only)
     entry = _S.cache.get(key)
     if entry is None:
         entry = _S.cache[key] = _Entry()
@@ -302,7 +313,7 @@ def _collect(roots, seen: dict) -> dict:
     return seen
 
 
-def _structure(seen: dict, boundary=()):
+def _structure(seen: dict, boundary=(), only=None):
     """Number every value the collected nodes use in creation order (topological, and canonical:
     the same program gets the same key however its nodes were found), and build the structure key
     plus the runtime arguments."""
@@ -361,13 +372,13 @@ def _structure(seen: dict, boundary=()):
         prog.append((node.prim, node.params, tuple(codes), n, nout, bd if bd is None else bd[0]))
         if nout == 1:
             impl = outs[0]()
-            if impl is not None and impl.value is None:
+            if impl is not None and impl.value is None and (only is None or id(impl) in only):
                 out_impls.append(impl)
                 out_codes.append(n)
         else:
             for j, wr in enumerate(outs):
                 impl = wr()
-                if impl is not None and impl.value is None:
+                if impl is not None and impl.value is None and (only is None or id(impl) in only):
                     out_impls.append(impl)
                     out_codes.append(n + j)
         n += nout

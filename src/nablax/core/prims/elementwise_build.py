@@ -158,7 +158,7 @@ def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:
     else:
         note_pending(wr)
     if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
-        realize_impls([out])
+        realize_impls([out], cut=True)
     t = object.__new__(Tensor)
     t._impl = out
     return t
@@ -302,7 +302,7 @@ def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
             else:
                 note_pending(wr)
             if not depth & 63 and depth > _cfg_get("max_graph_depth"):
-                realize_impls([out])
+                realize_impls([out], cut=True)
             t = _new_tensor(Tensor)
             t._impl = out
             return t
