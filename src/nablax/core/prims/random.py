@@ -42,42 +42,33 @@ def _wrap_key(k):
 
 # Random bits have no derivative (as in JAX); each primitive batches through jax.vmap of its
 # lowering and has no useful layout to propose: replicated (correct).
+_RULES = dict(
+    differentiable=False, **NONDIFFERENTIABLE, rules=batched_by_vmap, shard=_shard.replicated
+)
 
 split_p = primitive(
     "random_split",
     lambda params, k: (_key_aval((params[0],)),),
     lambda params, k: jax.random.key_data(jax.random.split(_wrap_key(k), params[0])),
-    differentiable=False,
-    **NONDIFFERENTIABLE,
-    rules=batched_by_vmap,
-    shard=_shard.replicated,
+    **_RULES,
 )
 normal_p = primitive(
     "random_normal",
     lambda params, k: ((params[0], params[1]),),
     lambda params, k: jax.random.normal(_wrap_key(k), params[0], params[1]),
-    differentiable=False,
-    **NONDIFFERENTIABLE,
-    rules=batched_by_vmap,
-    shard=_shard.replicated,
+    **_RULES,
 )
 uniform_p = primitive(
     "random_uniform",
     lambda params, k: ((params[0], params[1]),),
     lambda params, k: jax.random.uniform(_wrap_key(k), params[0], params[1], params[2], params[3]),
-    differentiable=False,
-    **NONDIFFERENTIABLE,
-    rules=batched_by_vmap,
-    shard=_shard.replicated,
+    **_RULES,
 )
 randint_p = primitive(
     "random_randint",
     lambda params, k: ((params[0], params[1]),),
     lambda params, k: jax.random.randint(_wrap_key(k), params[0], params[2], params[3], params[1]),
-    differentiable=False,
-    **NONDIFFERENTIABLE,
-    rules=batched_by_vmap,
-    shard=_shard.replicated,
+    **_RULES,
 )
 
 
