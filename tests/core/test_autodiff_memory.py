@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 import nablax as nx
-from nablax.core.graph import Node, src_node
+from nablax.core.graph import Node
 
 
 def _node(t: nx.Tensor) -> Node:
-    return src_node(t._impl.src)
+    return t._impl.src[0]
 
 
 def _alive(refs) -> list[bool]:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import nablax as nx
-from nablax.core.graph import SCALAR_TYPES, Const, split_ref, src_node, toposort
+from nablax.core.graph import SCALAR_TYPES, Literal, Var, toposort
 from nablax.core.primitive import REGISTRY
 
 try:
@@ -83,9 +83,7 @@ def test_matches_reference(spec, dt, case):
 
 def _graph_nodes(out) -> list:
     roots = [
-        src_node(t._impl.src)
-        for t in S.outputs(out)
-        if isinstance(t, nx.Tensor) and not t.is_realized
+        t._impl.src[0] for t in S.outputs(out) if isinstance(t, nx.Tensor) and not t.is_realized
     ]
     return toposort(roots)
 
@@ -140,16 +138,15 @@ def _record_graph(nodes, recs, where) -> None:
     for node in nodes:
         ins = []
         for inp in node.inputs:
-            ref = split_ref(inp)
-            if ref is not None:
-                m, j = ref
+            # the graph IR: every node input is a Var or a Literal (see core/graph.py)
+            assert type(inp) in (Var, Literal), f"{where}: {node} has an input {inp!r}"
+            if type(inp) is Var:
+                m, j = inp
                 ins.append(true[m][j] if m in true else _aval_of(m.values[j]))
-            elif type(inp) is Const:
+            elif type(inp.value) in SCALAR_TYPES:  # a scalar Literal: materialized in its dtype
                 ins.append(jax.ShapeDtypeStruct((), np.dtype(inp.dtype)))
-            elif type(inp) in SCALAR_TYPES:  # bare scalar: materialized in dtype params[0]
-                ins.append(jax.ShapeDtypeStruct((), np.dtype(node.params[0])))
             else:
-                ins.append(_aval_of(inp))
+                ins.append(_aval_of(inp.value))
         prim, params = node.prim, node.params
         bds = node.bdims[0] if node.bdims is not None else None
         key = (params, tuple((s.shape, s.dtype) for s in ins), bds)

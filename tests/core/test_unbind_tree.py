@@ -42,8 +42,8 @@ def test_unbind_method_sizes_and_one_node():
     assert only.shape == (3,) and only.tolist() == [2.0, 2.0, 2.0]
     a, b = nx.unbind(x * 1, 0)
     # both parts come from the one multi-output split node
-    split_a = a._impl.src.inputs[0]
-    split_b = b._impl.src.inputs[0]
+    split_a = a._impl.src[0].inputs[0]
+    split_b = b._impl.src[0].inputs[0]
     assert split_a[0] is split_b[0] and split_a[0].prim.name == "split"
 
 

@@ -1,18 +1,19 @@
-"""Building graph nodes: ``TensorImpl`` (a tensor's state) and the one node constructor every op
-uses.
+"""Building graph nodes: ``TensorImpl`` (a tensor's state) and :func:`make_node`, the one node
+constructor.
 
 A ``TensorImpl`` is in one of two states:
 
-- *pending*: ``src`` names the node output that will produce it (the ``Node`` itself, or
-  ``(node, index)`` for a multi-output primitive), ``value is None``;
-- *realized*: ``value`` is a ``jax.Array`` and ``src is None``.
+- *pending*: ``src`` is the ``Var`` naming the node output that will produce it, ``value is None``;
+- *realized*: ``value`` is a ``jax.Array``, ``lit`` its ``Literal`` (what a node built on it takes
+  as input) and ``src is None``.
 
 ``shape`` is the *logical* shape, the one the user sees. Under ``nx.vmap`` a tensor also has a
 ``batch_shape``: its physical value has shape ``batch_shape + shape``, the leading axes being the
 batch axes of the enclosing vmaps, outermost first (see core/transforms/vmap.py).
 
-:func:`make_outputs` creates a node and its output impls (the one place a ``Node`` is made for an
-op); :func:`bind` runs a primitive's shape rule on impl/``Const`` inputs and calls it.
+:func:`make_node` creates a node and its output impls: every node of the graph is made there
+(op builders, transforms, backward-plan replay). :func:`bind` runs a primitive's shape rule on
+impl/``Literal`` inputs and calls it.
 """
 
 from __future__ import annotations
@@ -27,30 +28,33 @@ import numpy as np
 from .. import _config
 from ..errors import op_error
 from . import dtypes
-from .context import note_pending
-from .graph import Const, Node, deeper, src_node
+from .context import CTX, note_pending
+from .graph import Literal, Node, Var, _next_seq, deeper, new_var
 from .host import ADOPT_BYTES, PY_SCALAR_TYPES, host_array, inexact
 from .primitive import Primitive
 from .realize import realize_impls
 
 _wref = weakref.ref
+_new = object.__new__
+_cfg_get = _config.get
 
 
 class TensorImpl:
     (
         """State of one tensor: pending node output or realized ``jax.Array``.
 
-    ``src`` is the producing ``Node`` (single-output primitives) or ``(node, index)``. A realized
-    tensor whose node is still needed by a live differentiation trace keeps ``src`` as well as its
-    ``value``, so that ops built on it later stay connected to the trace.
+    ``src`` is the ``Var`` of the producing node output. A realized tensor whose node is still
+    needed by a live differentiation trace keeps ``src`` as well as its ``value``, so that ops
+    built on it later stay connected to the trace.
     """
         ""
     )
 
-    __slots__ = ("src", "value", "shape", "dtype", "batch_shape", "sharding", "__weakref__")
+    __slots__ = ("src", "value", "lit", "shape", "dtype", "batch_shape", "sharding", "__weakref__")
 
-    src: Any
+    src: Var | None
     value: Any
+    lit: Literal | None
     shape: tuple[Any, ...]
     dtype: Any
     batch_shape: tuple[Any, ...]
@@ -59,6 +63,7 @@ class TensorImpl:
     def __init__(self, src, value, shape: tuple, dtype, batch_shape: tuple = ()) -> None:
         self.src = src
         self.value = value
+        self.lit = None if value is None else Literal(value, dtype)  # set again when realized
         self.shape = shape  # logical
         self.dtype = dtype
         self.batch_shape = batch_shape  # vmap batch axes in front of ``shape`` (physically)
@@ -69,13 +74,14 @@ class TensorImpl:
         return len(self.batch_shape)
 
     @property
-    def ref(self):
-        """What a consuming node stores as its input: the value if realized, else ``(node, idx)``."""
-        return self.src if self.src is not None else self.value
+    def ref(self) -> Var | Literal:
+        """What a consuming node takes as input: ``src`` while a node output, else the value's
+        ``Literal``."""
+        return self.src if self.src is not None else self.lit  # type: ignore[return-value]
 
     @property
     def depth(self) -> int:
-        return 0 if self.src is None else src_node(self.src).depth
+        return 0 if self.src is None else self.src[0].depth
 
 
 def impl_from_array(arr: jax.Array) -> TensorImpl:
@@ -85,28 +91,59 @@ def impl_from_array(arr: jax.Array) -> TensorImpl:
     return TensorImpl(None, arr, tuple(arr.shape), np.dtype(arr.dtype))
 
 
-def make_outputs(
-    prim, params: tuple, refs: tuple, depth: int, out_avals, trace=None, bdims=None
-) -> list[TensorImpl]:
-    """Create the node for one primitive call and one pending impl per output aval.
+def make_node(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None, bdims=None):
+    """Create the node of one primitive call and a pending impl per output: every ``Node`` of the
+    graph is made here.
 
-    ``bdims``: ``(input batch dims, output batch shape)`` when an input is vmap-batched."""
-    node = Node(prim, params, refs, depth, trace)
+    ``inputs``: ``Var``/``Literal`` per operand; ``depth``: the node's depth (1 + its deepest
+    input's); ``avals``: ``(shape, dtype)`` per output; ``trace``: the deepest differentiation
+    trace an input depends on (see graph.Trace); ``bdims``: ``(batch dims of each input, output
+    batch shape)`` when an input is vmap-batched. Returns the list of output impls. The new outputs
+    join this thread's pending list, and a node deeper than ``max_graph_depth`` is computed at once
+    (an automatic cut, checked every 64 levels).
+    """
+    node = _new(Node)
+    node.prim = prim
+    node.params = params
+    node.inputs = inputs
+    node.values = None
+    node.depth = depth
+    node.seq = _next_seq()
+    node.trace = trace
+    node.bdims = bdims
     if trace is not None:
-        node.avals = tuple(out_avals)
-    bshape = ()
-    if bdims is not None:
-        node.bdims = bdims
-        bshape = bdims[1]
-    if prim.multiple_results:
-        impls = [TensorImpl((node, i), None, s, d, bshape) for i, (s, d) in enumerate(out_avals)]
+        node.avals = tuple(avals)
+    bshape = () if bdims is None else bdims[1]
+    if len(avals) == 1:  # almost every primitive: no loop
+        ((shape, dtype),) = avals
+        impl = _new(TensorImpl)
+        impl.src = new_var(Var, (node, 0))
+        impl.value = impl.lit = impl.sharding = None
+        impl.shape = shape
+        impl.dtype = dtype
+        impl.batch_shape = bshape
+        impls = [impl]
+        wr = _wref(impl)
+        node.outs = (wr,)
+        pending = CTX.pending
+        if len(pending) < 4096:  # inlined fast path of note_pending
+            pending.append(wr)
+        else:
+            note_pending(wr)
     else:
-        ((s, d),) = out_avals
-        impls = [TensorImpl(node, None, s, d, bshape)]
-    node.outs = tuple(_wref(t) for t in impls)
-    for wr in node.outs:
-        note_pending(wr)
-    if not depth & 63 and depth > _config.get("max_graph_depth"):  # checked every 64 levels
+        impls = []
+        for j, (shape, dtype) in enumerate(avals):
+            impl = _new(TensorImpl)
+            impl.src = new_var(Var, (node, j))
+            impl.value = impl.lit = impl.sharding = None
+            impl.shape = shape
+            impl.dtype = dtype
+            impl.batch_shape = bshape
+            impls.append(impl)
+        node.outs = tuple([_wref(t) for t in impls])
+        for wr in node.outs:
+            note_pending(wr)
+    if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
         realize_impls(impls, cut=True)
     return impls
 
@@ -114,8 +151,8 @@ def make_outputs(
 def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:
     """Generic node builder: run the shape rule, then create the node and its outputs.
 
-    ``inputs`` are ``TensorImpl`` or :class:`Const` objects. Shape/dtype errors raise here, when the
-    op is built, not at realization.
+    ``inputs`` are ``TensorImpl`` or :class:`Literal` objects. Shape/dtype errors raise here, when
+    the op is built, not at realization.
     """
     avals = [(i.shape, i.dtype) for i in inputs]
     out_avals = prim.abstract_eval(params, *avals)
@@ -124,22 +161,23 @@ def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:
     trace = None
     batched = False
     for i in inputs:
-        if type(i) is Const:
+        if type(i) is Literal:
             refs.append(i)
             continue
         if i.batch_shape:
             batched = True
-        if i.src is None:
-            refs.append(i.value)
+        src = i.src
+        if src is None:
+            refs.append(i.lit)
         else:
-            refs.append(i.src)
-            n = src_node(i.src)
+            refs.append(src)
+            n = src[0]
             if n.depth > depth:
                 depth = n.depth
             if n.trace is not None:
                 trace = deeper(trace, n.trace)
     bdims = batch_info(prim.name, inputs) if batched else None
-    return make_outputs(prim, params, tuple(refs), depth + 1, out_avals, trace, bdims)
+    return make_node(prim, params, tuple(refs), depth + 1, out_avals, trace, bdims)
 
 
 def batch_info(op: str, inputs) -> tuple:
@@ -148,7 +186,7 @@ def batch_info(op: str, inputs) -> tuple:
     bds = []
     out: list = []
     for i in inputs:
-        b = () if type(i) is Const else i.batch_shape
+        b = () if type(i) is Literal else i.batch_shape
         bds.append(len(b))
         for k, d in enumerate(b):
             if k == len(out):
@@ -185,10 +223,7 @@ dimension_p = Primitive(
 def dimension_value(d, dtype=None) -> TensorImpl:
     """A 0-d tensor holding the symbolic size ``d`` (int32 unless ``dtype`` says otherwise)."""
     dt = dtypes.canonicalize(dtype) if dtype is not None else np.dtype(np.int32)
-    node = Node(dimension_p, (d, dt), (), 1, None)
-    impl = TensorImpl(node, None, (), dt)
-    node.outs = (_wref(impl),)
-    return impl
+    return make_node(dimension_p, (d, dt), (), 1, (((), dt),))[0]
 
 
 def value_impl(x: Any, dtype=None, op: str = "tensor") -> TensorImpl:

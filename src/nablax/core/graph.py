@@ -1,17 +1,17 @@
-"""The lazy graph: nodes, constants, and the walk that collects a pending subgraph.
+"""The lazy graph IR: nodes, and the two kinds of node input, ``Var`` and ``Literal``.
 
-A :class:`Node` is one call of a primitive. All outputs of the call share the node. An output is
-addressed by the node itself when the primitive has one output (almost all of them: this saves an
-allocation per op on the hot path) and by ``(node, index)`` for multi-output primitives; that
-address is the ``src`` of a pending ``TensorImpl``. Node inputs are one of:
+A :class:`Node` is one call of a primitive. Its ``inputs`` are each one of exactly two types:
 
-- a ``Node`` or ``(node, index)``: an output of another node (pending, or materialized in
-  ``node.values``);
-- a ``jax.Array``: a realized value (a *leaf* of any program that uses it);
-- a :class:`Const`: a Python scalar with the dtype it takes in this op (weakly typed scalars);
-- a bare Python scalar (``bool``/``int``/``float``/``complex``): shorthand used by elementwise
-  primitives, materialized in the node's computation dtype ``params[0]`` (saves an object per op on
-  the hottest path).
+- a :class:`Var`: output ``index`` of another node (pending, or already computed and kept in
+  ``node.values``); a ``(node, index)`` pair with a name, so ``m, j = var`` unpacks it and two
+  ``Var`` objects naming the same output are equal and hash alike;
+- a :class:`Literal`: a value known when the node is built: a realized ``jax.Array`` (a *leaf* of
+  any program that uses it) or a Python scalar (weakly typed, materialized in ``dtype``).
+
+A pending ``TensorImpl`` (core/build.py) names its node output with a ``Var`` (``impl.src``); a
+realized one keeps its ``Literal`` (``impl.lit``), so using it as an input allocates nothing. Every
+node is made by ``build.make_node``, and every consumer of the graph (realization, backward plans,
+``nx.compile`` staging, ``nx.shard_map`` bodies) numbers it with :func:`encode`.
 
 Nodes point at their producers, never at the ``TensorImpl`` objects of their inputs, and hold only
 weak references to their own outputs. So a tensor object the user dropped really is gone, and at
@@ -30,21 +30,66 @@ from typing import Any
 SCALAR_TYPES = frozenset((bool, int, float, complex))
 
 
-class Const:
-    """A Python scalar operand, with the dtype it is materialized in."""
+class Var(tuple):
+    """Output ``index`` of ``node``: a node input (or ``TensorImpl.src``) computed by the graph.
 
-    __slots__ = ("value", "dtype")
+    A tuple ``(node, index)`` (``node, index = var``), so that unpacking, hashing and equality are
+    as fast as a tuple's and any two ``Var`` objects for the same output are interchangeable."""
 
-    def __init__(self, value: Any, dtype) -> None:
+    __slots__ = ()
+
+    @property
+    def node(self) -> Node:
+        return self[0]
+
+    def __repr__(self) -> str:
+        return f"Var({self[0].prim.name}#{self[0].seq}, {self[1]})"
+
+
+new_var = tuple.__new__  # new_var(Var, (node, index)): the fast constructor (no __init__ call)
+
+
+class Literal:
+    """A node input known when the node is built: a realized ``jax.Array``, or a Python scalar
+    materialized in ``dtype``.
+
+    ``weak``: a weakly typed Python scalar of an element-wise op (``x * 1.5``): derivative rules
+    see the scalar itself, as JAX's do. Other scalars (``nx.where(c, 0.0, x)``, ``nx.full``) are
+    constants of their dtype, seen by rules as 0-d tensors."""
+
+    __slots__ = ("value", "dtype", "weak")
+
+    def __init__(self, value: Any, dtype, weak: bool = False) -> None:
         self.value = value
         self.dtype = dtype
+        self.weak = weak
 
     @property
     def shape(self) -> tuple:
-        return ()
+        return tuple(getattr(self.value, "shape", ()))
+
+    @property
+    def is_scalar(self) -> bool:
+        """A Python scalar (it travels as a runtime scalar argument), not an array (a leaf)."""
+        return type(self.value) in SCALAR_TYPES
 
     def __repr__(self) -> str:
-        return f"Const({self.value!r}, {self.dtype})"
+        v = self.value
+        shown = repr(v) if type(v) in SCALAR_TYPES else f"array{tuple(v.shape)}"
+        return f"Literal({shown}, {self.dtype})"
+
+
+new_literal = object.__new__
+
+
+def scalar_literal(value: Any, dtype) -> Literal:
+    """``Literal(value, dtype, weak=True)``: the Python scalar of an element-wise op, made without
+    an ``__init__`` call (the hottest path of eager code)."""
+    lit = new_literal(Literal)
+    lit.value = value
+    lit.dtype = dtype
+    lit.weak = True
+    return lit
 
 
 class Trace:
@@ -139,10 +184,20 @@ def seq_of(node: Node) -> float:
 
 
 class Node:
-    """One primitive application in the lazy graph."""
+    """One primitive application in the lazy graph; made only by ``build.make_node``.
 
-    # ``avals`` (output (shape, dtype) pairs) is set only on traced nodes, for the transforms; it is
-    # deliberately not initialized here to keep eager op building cheap.
+    - ``inputs``: a ``Var`` or ``Literal`` per operand; ``None`` once all outputs are computed
+      (and no live trace needs them);
+    - ``values``: the output values once computed (``None`` entries: not computed);
+    - ``outs``: weak references to the output ``TensorImpl`` objects;
+    - ``seq``: creation order. A node is created after its inputs, so sorting by ``seq`` is a
+      topological order, and a canonical one (the same program always gets the same order, however
+      its nodes are found), which keeps realization keys stable;
+    - ``trace``: the deepest ``Trace`` the node depends on, or ``None`` (see ``Trace``);
+    - ``bdims``: ``(batch dims of each input, output batch shape)`` when an input is vmap-batched;
+    - ``avals``: output ``(shape, dtype)`` pairs, set only on traced nodes (for the transforms).
+    """
+
     __slots__ = (
         "prim",
         "params",
@@ -159,7 +214,7 @@ class Node:
 
     prim: Any
     params: tuple[Any, ...]
-    inputs: tuple[Any, ...] | None
+    inputs: tuple[Var | Literal, ...] | None
     values: list[Any] | None
     outs: tuple[Any, ...]
     depth: int
@@ -168,45 +223,8 @@ class Node:
     avals: tuple[Any, ...]
     bdims: Any
 
-    def __init__(self, prim, params: tuple, inputs: tuple, depth: int, trace=None) -> None:
-        self.prim = prim
-        self.params = params
-        self.inputs = (
-            inputs  # None once all outputs are materialized (and no live trace needs them)
-        )
-        self.values = None  # output values once realized (None entries: not computed)
-        self.outs = ()  # weak references to the output TensorImpls
-        self.depth = depth
-        # creation order: a node is created after its inputs, so sorting by ``seq`` is a
-        # topological order, and a canonical one (the same program always gets the same order,
-        # however its nodes are found), which keeps realization keys stable
-        self.seq = _next_seq()
-        self.trace = trace  # deepest Trace this node depends on, or None (see Trace)
-        # (batch dims of each input, output batch shape) when an input is vmap-batched, else None
-        self.bdims = None
-
     def __repr__(self) -> str:
         return f"Node({self.prim.name}, params={self.params})"
-
-
-def split_ref(ref: Any) -> tuple[Node, int] | None:
-    """``(node, index)`` for an input that is a node output, else ``None`` (a value or scalar)."""
-    t = type(ref)
-    if t is Node:
-        return ref, 0
-    if t is tuple:
-        return ref
-    return None
-
-
-def out_ref(src: Any) -> tuple[Node, int]:
-    """``(node, index)`` of a pending ``TensorImpl.src`` (a ``Node`` or a ``(node, index)`` pair)."""
-    return (src, 0) if type(src) is Node else src
-
-
-def src_node(src: Any) -> Node:
-    """The node of a pending ``TensorImpl.src`` (a ``Node`` or a ``(node, index)`` pair)."""
-    return src if type(src) is Node else src[0]
 
 
 def toposort(roots: list[Node]) -> list[Node]:
@@ -218,14 +236,82 @@ def toposort(roots: list[Node]) -> list[Node]:
     stack = list(roots)
     while stack:
         for inp in stack.pop().inputs or ():
-            ref = split_ref(inp)
-            if ref is None:
-                continue
-            m, j = ref
-            if m not in seen and (m.values is None or m.values[j] is None):
-                seen[m] = None
-                stack.append(m)
+            if type(inp) is Var:
+                m, j = inp
+                if m not in seen and (m.values is None or m.values[j] is None):
+                    seen[m] = None
+                    stack.append(m)
     return sorted(seen, key=seq_of)  # created after every input: topological
+
+
+def encode(order, slot: dict, base: int = 0):
+    """Number the values of the nodes ``order`` (producers before consumers) for a program.
+
+    The one encoding of the graph IR, shared by realization (core/realize.py), backward plans
+    (transforms/plan.py), ``nx.compile`` staging (transforms/staging.py) and ``nx.shard_map``
+    bodies (transforms/subprogram.py). Each node's outputs get consecutive slots from ``base`` on
+    (``slot[node]`` is its first; ``slot`` may already hold nodes the caller numbered, such as the
+    inputs of a body), and each input becomes an int code:
+
+    - ``>= 0``: the slot of a ``Var`` whose node is numbered;
+    - ``~i`` (``< 0``): external value ``ext[i]``: a ``Literal``, or a ``Var`` of a node outside
+      ``order`` (computed earlier, or an argument placeholder). One entry per distinct ``Var`` and
+      per distinct array; one per occurrence for scalars. The caller decides what each becomes
+      (a leaf argument, a runtime scalar, a literal baked into the program, ...).
+
+    Returns ``(steps, next free slot, ext)``; a step is ``(prim, params, codes, first slot, output
+    count, batch dims of the inputs or None)``: hashable, so a tuple of steps (with a description
+    of ``ext``) is a structure key, and :func:`run_steps` lowers it.
+    """
+    steps: list = []
+    ext: list = []
+    ext_index: dict = {}  # Var, or id(array) -> index in ext
+    append_step = steps.append
+    add_ext = ext.append
+    get_slot = slot.get
+    scalar_types = SCALAR_TYPES
+    for node in order:
+        codes: list = []
+        add = codes.append
+        for inp in node.inputs:
+            if type(inp) is Var:
+                b = get_slot(inp[0])
+                if b is not None:
+                    add(b + inp[1])
+                    continue
+                key: Any = inp
+            else:
+                v = inp.value
+                if type(v) in scalar_types:
+                    add(~len(ext))
+                    add_ext(inp)
+                    continue
+                key = id(v)
+            i = ext_index.get(key)
+            if i is None:
+                i = ext_index[key] = len(ext)
+                add_ext(inp)
+            add(~i)
+        slot[node] = base
+        nout = len(node.outs)
+        bd = node.bdims
+        append_step((node.prim, node.params, tuple(codes), base, nout, bd and bd[0]))
+        base += nout
+    return steps, base, ext
+
+
+def run_steps(steps, env: list, ext) -> list:
+    """Lower ``steps`` (from :func:`encode`) inside a traced JAX function. ``env`` has a value per
+    slot (inputs filled in) and receives the outputs; ``ext[i]`` is the value of code ``~i``. A
+    step with batched inputs lowers through its primitive's batching rule."""
+    for prim, params, codes, base, nout, bds in steps:
+        args = [env[c] if c >= 0 else ext[~c] for c in codes]
+        r = prim.lower(params, *args) if bds is None else prim.rule("batch")(params, bds, *args)
+        if prim.multiple_results:
+            env[base : base + nout] = list(r)
+        else:
+            env[base] = r
+    return env
 
 
 class gc_paused:

@@ -34,13 +34,7 @@ import numpy as np
 from .. import _caches, _config
 from ..errors import ConcretizationError
 from .context import CTX, reset_prune_threshold
-from .graph import (
-    SCALAR_TYPES,
-    Const,
-    Node,
-    gc_paused,
-    src_node,
-)
+from .graph import SCALAR_TYPES, Literal, Var, encode, gc_paused, new_var, run_steps
 
 
 @dataclass(frozen=True)
@@ -119,7 +113,7 @@ def realize_impls(impls, cut: bool = False) -> None:
     seen = set()
     for impl in impls:
         if impl.value is None:
-            node = src_node(impl.src)
+            node = impl.src[0]
             if node not in seen:
                 seen.add(node)
                 roots.append(node)
@@ -176,10 +170,8 @@ def _boundary(rest: dict, first: dict) -> list:
     out: dict = {}
     for node in rest:
         for inp in node.inputs:
-            t = type(inp)
-            m = inp if t is Node else inp[0] if t is tuple else None
-            if m is not None and m in first:
-                out[m] = None
+            if type(inp) is Var and inp[0] in first:
+                out[inp[0]] = None
     return list(out)
 
 
@@ -224,7 +216,7 @@ def _connected(seen: dict) -> list:
         if impl is None or impl.value is not None:
             continue
         live.append(wr)
-        node = src_node(impl.src)
+        node = impl.src[0]
         if node in in_prog or node in touching:
             continue
         if leaf_ids is None:
@@ -242,13 +234,12 @@ def _leaf_ids(seen: dict) -> set:
     ids = set()
     for node in seen:
         for inp in node.inputs:
-            t = type(inp)
-            if t is Node or t is tuple:
-                m, j = (inp, 0) if t is Node else inp
+            if type(inp) is Var:
+                m, j = inp
                 if m not in seen and m.values is not None and m.values[j] is not None:
                     ids.add(id(m.values[j]))
-            elif t is not Const and t not in SCALAR_TYPES:
-                ids.add(id(inp))
+            elif type(inp.value) not in SCALAR_TYPES:
+                ids.add(id(inp.value))
     return ids
 
 
@@ -264,17 +255,16 @@ def _touches(start, in_prog, leaf_ids, memo) -> bool:
             continue
         seen.append(n)
         for inp in n.inputs:
-            t = type(inp)
-            if t is Node or t is tuple:
-                m, j = (inp, 0) if t is Node else inp
+            if type(inp) is Var:
+                m, j = inp
                 if m in in_prog:
                     found = True
                 elif m.values is not None and m.values[j] is not None:
                     found = found or id(m.values[j]) in leaf_ids
                 else:
                     stack.append(m)
-            elif t is not Const and t not in SCALAR_TYPES:
-                found = found or id(inp) in leaf_ids
+            elif type(inp.value) not in SCALAR_TYPES:
+                found = found or id(inp.value) in leaf_ids
         if found:
             break
     if found:
@@ -298,12 +288,7 @@ def _collect(roots, seen: dict) -> dict:
             stack.append(r)
     while stack:
         for inp in stack.pop().inputs:
-            t = type(inp)
-            if t is Node:
-                if inp not in seen and inp.values is None:  # single output: values is all or none
-                    seen[inp] = None
-                    stack.append(inp)
-            elif t is tuple:
+            if type(inp) is Var:
                 m = inp[0]
                 if m not in seen:
                     vals = m.values
@@ -314,116 +299,90 @@ def _collect(roots, seen: dict) -> dict:
 
 
 def _structure(seen: dict, boundary=(), only=None):
-    """Number every value the collected nodes use in creation order (topological, and canonical:
-    the same program gets the same key however its nodes were found), and build the structure key
-    plus the runtime arguments."""
+    """Encode the collected nodes in creation order (topological, and canonical: the same program
+    gets the same key however its nodes were found) with :func:`graph.encode`, and build the
+    structure key plus the runtime arguments.
+
+    External values are the leaf arrays and the Python scalars (grouped in one array per dtype);
+    the key holds their shapes and dtypes, never their values."""
     node_pos: dict = {}  # node -> slot of its first output
-    leaf_slot: dict = {}  # id(array) -> slot
+    steps, n, ext = encode(sorted(seen, key=_seq), node_pos)
     leaves: list = []
-    leaf_desc: list = []
-    const_groups: dict = {}  # dtype -> list of python values
-    const_desc: list = []
-    prog: list = []
-    out_impls: list = []
-    out_codes: list = []
-    n = 0
-    for node in sorted(seen, key=_seq):
-        inputs = node.inputs
-        codes = []
-        for inp in inputs:
-            t = type(inp)
-            if t is Node:
-                base = node_pos.get(inp)
-                if base is not None:
-                    codes.append(base)
-                    continue
-                inp = inp.values[0]
-            elif t is tuple:
-                m = inp[0]
-                base = node_pos.get(m)
-                if base is not None:
-                    codes.append(base + inp[1])
-                    continue
-                inp = m.values[inp[1]]
-            elif t in SCALAR_TYPES or t is Const:
-                if t is Const:
-                    dt, value = inp.dtype, inp.value
-                else:
-                    dt, value = node.params[0], inp
+    ext_desc: list = []  # per external: (shape, dtype) of a leaf, or the dtype of a scalar
+    add_desc = ext_desc.append
+    const_groups: dict = {}  # dtype -> list of python values (in order)
+    for inp in ext:
+        if type(inp) is Var:
+            m, j = inp
+            arr = m.values[j]  # computed by an earlier program
+        else:
+            arr = inp.value
+            if type(arr) in SCALAR_TYPES:
+                dt = inp.dtype
+                add_desc(dt)
                 group = const_groups.get(dt)
                 if group is None:
-                    group = const_groups[dt] = []
-                const_desc.append((n, dt, len(group)))
-                group.append(value)
-                codes.append(n)
-                n += 1
+                    const_groups[dt] = [arr]
+                else:
+                    group.append(arr)
                 continue
-            s = leaf_slot.get(id(inp))
-            if s is None:
-                s = leaf_slot[id(inp)] = n
-                leaves.append(inp)
-                leaf_desc.append((n, inp.shape, inp.dtype))
-                n += 1
-            codes.append(s)
-        node_pos[node] = n
+        add_desc((arr.shape, arr.dtype))
+        leaves.append(arr)
+    out_impls: list = []
+    out_codes: list = []
+    for node, base in node_pos.items():
         outs = node.outs
-        nout = len(outs)
-        bd = node.bdims
-        prog.append((node.prim, node.params, tuple(codes), n, nout, bd if bd is None else bd[0]))
-        if nout == 1:
+        if len(outs) == 1:
             impl = outs[0]()
             if impl is not None and impl.value is None and (only is None or id(impl) in only):
                 out_impls.append(impl)
-                out_codes.append(n)
+                out_codes.append(base)
         else:
             for j, wr in enumerate(outs):
                 impl = wr()
                 if impl is not None and impl.value is None and (only is None or id(impl) in only):
                     out_impls.append(impl)
-                    out_codes.append(n + j)
-        n += nout
+                    out_codes.append(base + j)
     for node in sorted(boundary, key=_seq):  # values a later program reads: kept on the node
         base = node_pos[node]
         for j in range(len(node.outs)):
-            out_impls.append((node, j))
+            out_impls.append(new_var(Var, (node, j)))
             out_codes.append(base + j)
     group_dtypes = tuple(const_groups)
     consts = tuple(np.asarray(const_groups[d], dtype=d) for d in group_dtypes)
-    key = (tuple(prog), tuple(leaf_desc), tuple(const_desc), tuple(out_codes), n)
+    key = (tuple(steps), tuple(ext_desc), tuple(out_codes), n)
     return node_pos, key, leaves, consts, out_impls
 
 
 def _compile(key, baked_consts):
     """A jitted program for structure ``key``: ``fn(leaves, consts)``, or ``fn(leaves)`` with the
     scalars as literals when ``baked_consts`` is given."""
-    prog, leaf_desc, const_desc, out_codes, n_slots = key
+    steps, ext_desc, out_codes, n_slots = key
     group_index: dict = {}
-    for _, d, _k in const_desc:
-        group_index.setdefault(d, len(group_index))
-    const_plan = [(slot, group_index[d], k) for slot, d, k in const_desc]
-    leaf_slots = [slot for slot, _, _ in leaf_desc]
-    if baked_consts is not None:
-        literals = [(slot, baked_consts[g][k]) for slot, g, k in const_plan]  # numpy 0-d values
+    group_size: list = []
+    plan = []  # per external: (True, leaf index) or (False, (group, index in group))
+    n_leaves = 0
+    for desc in ext_desc:
+        if type(desc) is tuple:  # a leaf's (shape, dtype)
+            plan.append((True, n_leaves))
+            n_leaves += 1
+        else:  # a scalar's dtype: the next value of that dtype's group
+            g = group_index.setdefault(desc, len(group_index))
+            if g == len(group_size):
+                group_size.append(0)
+            plan.append((False, (g, group_size[g])))
+            group_size[g] += 1
 
     def program(leaves, consts):
-        env = [None] * n_slots
-        for slot, v in zip(leaf_slots, leaves):
-            env[slot] = v
-        if baked_consts is not None:
-            for slot, v in literals:
-                env[slot] = v
-        else:
-            for slot, g, k in const_plan:
-                env[slot] = consts[g][k]
-        for prim, params, codes, base, nout, bds in prog:
-            if bds is None:
-                r = prim.lower(params, *[env[c] for c in codes])
-            else:  # vmap-batched inputs: the primitive's batching rule lowers it
-                r = prim.rule("batch")(params, bds, *[env[c] for c in codes])
-            if prim.multiple_results:
-                env[base : base + nout] = list(r)
+        ext = []
+        for is_leaf, where in plan:
+            if is_leaf:
+                ext.append(leaves[where])
+            elif baked_consts is not None:  # numpy 0-d values: literals of the program
+                ext.append(baked_consts[where[0]][where[1]])
             else:
-                env[base] = r
+                ext.append(consts[where[0]][where[1]])
+        env = run_steps(steps, [None] * n_slots, ext)
         return [env[c] for c in out_codes]
 
     _S.compiles += 1
@@ -444,24 +403,24 @@ def _evict() -> None:
 def _store(out_impls, results) -> None:
     multi = []
     for impl, val in zip(out_impls, results):
-        if type(impl) is tuple:  # a boundary value with no tensor
+        if type(impl) is Var:  # a boundary value with no tensor
             node, j = impl
             if node.values is None:
                 node.values = [None] * len(node.outs)
             node.values[j] = val
             multi.append(node)
             continue
-        src = impl.src
+        node, j = impl.src
         impl.value = val
-        if type(src) is Node:
-            src.values = [val]
-            if src.trace is None or not src.trace.alive():
-                src.inputs = None  # its only output is computed: free the upstream graph
+        impl.lit = Literal(val, impl.dtype)
+        if len(node.outs) == 1:
+            node.values = [val]
+            if node.trace is None or not node.trace.alive():
+                node.inputs = None  # its only output is computed: free the upstream graph
                 impl.src = None
             else:  # a live differentiation trace may still walk this node (see graph.Trace)
-                src.trace.kept.append(weakref.ref(src))
+                node.trace.kept.append(weakref.ref(node))
         else:
-            node, j = src
             if node.values is None:
                 node.values = [None] * len(node.outs)
             node.values[j] = val

@@ -54,7 +54,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from . import tensor as _tensor
 from .build import bind, impl_from_array
-from .graph import Node, split_ref, src_node, toposort
+from .graph import Var, toposort
 from .primitive import primitive
 from .prims import _rules
 from .prims._shard import fit
@@ -278,7 +278,7 @@ def named_layout(value, mesh: DeviceMesh, ndim: int, skip: int):
 
 
 def propagate(order, out_refs, mesh: DeviceMesh, given: dict | None = None) -> list:
-    """The layout of each of ``out_refs`` (``(node, index)`` pairs), propagated through the
+    """The layout of each of ``out_refs`` (``Var`` objects), propagated through the
     nodes ``order`` (topologically sorted) with every primitive's sharding rule. ``given`` fixes
     the layouts of some nodes' first output (placeholders); realized arrays the nodes read
     contribute their ``NamedSharding`` over ``mesh``; everything else starts replicated."""
@@ -294,17 +294,16 @@ def propagate(order, out_refs, mesh: DeviceMesh, given: dict | None = None) -> l
         for k, inp in enumerate(n.inputs):
             aval = input_aval(inp, n, memo, k)
             rank = len(aval[0])
-            r = split_ref(inp)
             got = None
-            if r is not None:
-                got = lay.get(r)
-                m, j = r
+            if type(inp) is Var:
+                got = lay.get(inp)
+                m, j = inp
                 if got is None and m.values is not None and m.values[j] is not None:
                     nb = len(m.bdims[1]) if m.bdims is not None else 0
                     got = named_layout(m.values[j], mesh, rank, nb)
-            elif hasattr(inp, "sharding"):
+            elif hasattr(inp.value, "sharding"):
                 nb = n.bdims[0][k] if n.bdims is not None else 0
-                got = named_layout(inp, mesh, rank, nb)
+                got = named_layout(inp.value, mesh, rank, nb)
             ins.append(got if got is not None else ((),) * rank)
             avals.append(aval)
         proposed = n.prim.rule("shard")(n.params, ins, avals, outs)
@@ -316,10 +315,10 @@ def propagate(order, out_refs, mesh: DeviceMesh, given: dict | None = None) -> l
 def infer_plan(out_impls, placeholders, in_layouts, mesh: DeviceMesh) -> list:
     """The layout of each output of a traced graph, propagated from the placeholders' layouts
     (``in_layouts[k]`` for ``placeholders[k]``) with every primitive's sharding rule."""
-    roots = [src_node(i.src) for i in out_impls if i.src is not None]
+    roots = [i.src[0] for i in out_impls if i.src is not None]
     order = toposort(roots)
     given = dict(zip(placeholders, in_layouts))
-    refs = [split_ref(i.src) if i.src is not None else None for i in out_impls]
+    refs = [i.src for i in out_impls]
     got = propagate(order, [r for r in refs if r is not None], mesh, given)
     it = iter(got)
     return [next(it) if r is not None else ((),) * len(i.shape) for r, i in zip(refs, out_impls)]
@@ -334,13 +333,14 @@ def _leaf_mesh(order) -> DeviceMesh | None:
             if isinstance(m, DeviceMesh):
                 return m
         for inp in n.inputs:
-            r = split_ref(inp)
-            if r is not None:
-                m, j = r
+            if type(inp) is Var:
+                m, j = inp
                 if m.values is None or m.values[j] is None:
                     continue
-                inp = m.values[j]
-            s = getattr(inp, "sharding", None)
+                v = m.values[j]
+            else:
+                v = inp.value
+            s = getattr(v, "sharding", None)
             if type(s) is NamedSharding:
                 return DeviceMesh.from_jax(cast(Mesh, s.mesh))  # a concrete array's: not abstract
     return None
@@ -354,13 +354,11 @@ def sharding_of(impl) -> ShardingSpec | None:
             return None
         mesh = DeviceMesh.from_jax(cast(Mesh, s.mesh))  # a concrete array's: not abstract
         return ShardingSpec.from_named(mesh, s, len(impl.shape), len(impl.batch_shape))
-    node = src_node(impl.src)
-    order = toposort([node])
+    order = toposort([impl.src[0]])
     leaf_mesh = _leaf_mesh(order)
     if leaf_mesh is None:
         return None
-    ref = (impl.src, 0) if type(impl.src) is Node else impl.src
-    (layout,) = propagate(order, [ref], leaf_mesh)
+    (layout,) = propagate(order, [impl.src], leaf_mesh)
     return ShardingSpec.from_layout(leaf_mesh, layout)
 
 

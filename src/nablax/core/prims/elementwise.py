@@ -32,7 +32,7 @@ from ...errors import op_error
 from .. import dtypes
 from ..build import TensorImpl, bind
 from ..dtypes import bool_, promote, promote_scalar
-from ..graph import Const
+from ..graph import Literal
 from ..primitive import primitive
 from ..tensor import Tensor
 from . import _shard
@@ -418,20 +418,20 @@ def where(condition, x=None, y=None) -> Tensor:
         )
     ci = _operand(condition, "where")
     xs, ys = type(x) in _SCALARS, type(y) in _SCALARS
-    xi: TensorImpl | Const
-    yi: TensorImpl | Const
+    xi: TensorImpl | Literal
+    yi: TensorImpl | Literal
     if xs and ys:  # two weakly typed scalars: no device array needed to find the dtype
         dt = promote(dtypes.scalar_dtype(x), dtypes.scalar_dtype(y))
-        yi = Const(y, dt)
-        xi = Const(x, dt)
+        yi = Literal(y, dt)
+        xi = Literal(x, dt)
     elif xs:
         yi = _operand(y, "where")
         dt = promote_scalar(yi.dtype, type(x))
-        xi = Const(x, dt)
+        xi = Literal(x, dt)
     elif ys:
         xi = _operand(x, "where")
         dt = promote_scalar(xi.dtype, type(y))
-        yi = Const(y, dt)
+        yi = Literal(y, dt)
     else:
         xi, yi = _operand(x, "where"), _operand(y, "where")
         dt = promote(xi.dtype, yi.dtype)
@@ -442,7 +442,8 @@ def stop_gradient(x) -> Tensor:
     """Identity whose gradient is zero (see ``nx.grad``)."""
     xi = x._impl if type(x) is Tensor else _operand(x, "stop_gradient")
     out = bind(_stop_gradient, [xi])[0]
-    out.src.trace = None  # constant for every transform: never walked, freed like eager code
+    assert out.src is not None  # a new node's output
+    out.src[0].trace = None  # constant for every transform: never walked, freed like eager code
     return Tensor._wrap(out)
 
 

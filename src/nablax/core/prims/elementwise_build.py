@@ -1,35 +1,31 @@
 """Building element-wise nodes: the dtype policies of the element-wise primitives and the builders
 that bind them (core/prims/elementwise.py creates the records and one builder per record).
 
-Building these ops is the hot path of eager code, so the builders are written for speed: one
-``Node``, one ``TensorImpl`` and one ``Tensor`` per op, with cached dtype and shape decisions, and
-the tensor-with-Python-scalar case inlined per op. An element-wise primitive's only parameter is
-the dtype it computes in, so mixed-dtype inputs and weakly typed Python scalars need no extra
-nodes: a bare Python scalar input is materialized in that dtype (core/graph.py).
+Building these ops is the hot path of eager code, so the builders are written for speed: cached
+dtype and shape decisions, and the tensor-with-Python-scalar case specialized per op. An
+element-wise primitive's only parameter is the dtype it computes in, so mixed-dtype inputs and
+weakly typed Python scalars need no extra nodes: a Python scalar becomes a ``Literal`` in that
+dtype.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from ... import _config
 from ...errors import DTypeError, op_error
 from .. import dtypes
-from ..build import TensorImpl, batch_info
-from ..context import CTX, note_pending
+from ..build import TensorImpl, batch_info, make_node
 from ..dtypes import bool_, promote, promote_scalar
-from ..graph import Node, deeper
-from ..realize import realize_impls
+from ..graph import Literal, deeper, new_literal, scalar_literal
 from ..tensor import Tensor, to_impl
 from ._util import broadcast_shapes
 
-_wref = weakref.ref
 _SCALARS = {bool, int, float, complex}
-_cfg_get = _config.get
 _new_tensor = object.__new__
+_new_literal = new_literal
 
 # ---- dtype policies --------------------------------------------------------------------------
 # kind -> (computation dtype, output dtype) given the promoted input dtype.
@@ -142,25 +138,8 @@ def _operand(x, op: str) -> TensorImpl:
 
 def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:
     """The node and output of an element-wise op; ``bdims`` as ``Node.bdims`` (None: unbatched)."""
-    node = Node(prim, params, inputs, depth, trace)
-    if trace is not None:
-        node.avals = ((shape, out_dt),)
-    if bdims is not None:
-        node.bdims = bdims
-        out = TensorImpl(node, None, shape, out_dt, bdims[1])
-    else:
-        out = TensorImpl(node, None, shape, out_dt)
-    wr = _wref(out)
-    node.outs = (wr,)
-    pending = CTX.pending
-    if len(pending) < 4096:  # inlined fast path of note_pending
-        pending.append(wr)
-    else:
-        note_pending(wr)
-    if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
-        realize_impls([out], cut=True)
-    t = object.__new__(Tensor)
-    t._impl = out
+    t = _new_tensor(Tensor)
+    t._impl = make_node(prim, params, inputs, depth, ((shape, out_dt),), trace, bdims)[0]
     return t
 
 
@@ -191,12 +170,12 @@ def _binary(name: str, prim, kind: str, a, b) -> Tensor:
             f"integers cannot be raised to negative integer powers ({s})",
             "use a float base, e.g. x.astype(nx.float32) ** -1",
         )
-    c = s  # bare scalar input: materialized in dtype params[0] (see graph.py)
-    ref = ti.src
+    c = scalar_literal(s, params[0])
+    ref: Any = ti.src
     if ref is None:
-        ref, depth, trace = ti.value, 1, None
+        ref, depth, trace = ti.lit, 1, None
     else:
-        n = ref if type(ref) is Node else ref[0]
+        n = ref[0]
         depth, trace = n.depth + 1, n.trace
     inputs = (c, ref) if first else (ref, c)
     b = ti.batch_shape
@@ -210,17 +189,17 @@ def _binary_tt(name, prim, kind: str, ai: TensorImpl, bi: TensorImpl) -> Tensor:
     shape = sa if sa == sb else broadcast_shapes(name, sa, sb)
     depth = 0
     trace = None
-    ra = ai.src
+    ra: Any = ai.src
     if ra is None:
-        ra = ai.value
+        ra = ai.lit
     else:
-        n = ra if type(ra) is Node else ra[0]
+        n = ra[0]
         depth, trace = n.depth, n.trace
-    rb = bi.src
+    rb: Any = bi.src
     if rb is None:
-        rb = bi.value
+        rb = bi.lit
     else:
-        n = rb if type(rb) is Node else rb[0]
+        n = rb[0]
         if n.depth > depth:
             depth = n.depth
         if n.trace is not None:
@@ -232,11 +211,11 @@ def _binary_tt(name, prim, kind: str, ai: TensorImpl, bi: TensorImpl) -> Tensor:
 def _unary(name: str, prim, kind: str, x) -> Tensor:
     xi = x._impl if type(x) is Tensor else _operand(x, name)
     params, out_dt = resolve(name, kind, xi.dtype)
-    ref = xi.src
+    ref: Any = xi.src
     if ref is None:
-        ref, depth, trace = xi.value, 1, None
+        ref, depth, trace = xi.lit, 1, None
     else:
-        n = ref if type(ref) is Node else ref[0]
+        n = ref[0]
         depth, trace = n.depth + 1, n.trace
     b = xi.batch_shape
     return _finish(
@@ -259,14 +238,18 @@ def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
     """The builder ``f(x1, x2)`` of the binary element-wise primitive ``prim``.
 
     Specialized per op: the tensor-with-Python-scalar case (``x * 1.5``) is the hottest path of
-    eager code, so it is inlined here with a per-op cache of dtype decisions."""
+    eager code, so it is written out here with a per-op cache of dtype decisions and of the scalar
+    ``Literal`` (a loop multiplies by the same 1.5 every step; literals are never mutated, so nodes
+    share them). Only exact matches share: equal nonzero floats and ints have the same bits; zeros
+    (0.0 vs -0.0), NaNs and complex numbers (signed zero parts) always get a new literal."""
     scalar_cache: dict = {}
     check_neg = name == "power"  # negative integer exponents are checked on the general path
 
     def scalar_rule(d, st):
         r = scalar_cache.get((d, st))
         if r is None:
-            r = scalar_cache[(d, st)] = resolve(name, kind, promote_scalar(d, st))
+            params, out_dt = resolve(name, kind, promote_scalar(d, st))
+            r = scalar_cache[(d, st)] = (params, out_dt, {} if st is not complex else None)
         return r
 
     def f(x1, x2):
@@ -277,34 +260,34 @@ def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
         ):
             ti = x1._impl
             r = scalar_cache.get((ti.dtype, type(x2)))
-            params, out_dt = r if r is not None else scalar_rule(ti.dtype, type(x2))
-            if type(x2) is int and not -2147483648 <= x2 <= 2147483647:
-                _check_int(name, x2, params[0])
+            params, out_dt, lits = r if r is not None else scalar_rule(ti.dtype, type(x2))
+            lit = lits.get(x2) if x2 and lits is not None else None
+            if lit is None:
+                if type(x2) is int and not -2147483648 <= x2 <= 2147483647:
+                    _check_int(name, x2, params[0])
+                lit = _new_literal(Literal)  # graph.scalar_literal, inlined
+                lit.value = x2
+                lit.dtype = params[0]
+                lit.weak = True
+                if x2 and x2 == x2 and lits is not None and len(lits) < 64:
+                    lits[x2] = lit
             ref = ti.src
             if ref is None:
-                ref, depth, trace = ti.value, 1, None
+                ref, depth, trace = ti.lit, 1, None
             else:
-                n = ref if type(ref) is Node else ref[0]
+                n = ref[0]
                 depth, trace = n.depth + 1, n.trace
-            # _finish, inlined; the bare scalar is materialized in dtype params[0] (see graph.py)
-            node = Node(prim, params, (ref, x2), depth, trace)
-            if trace is not None:
-                node.avals = ((ti.shape, out_dt),)
             b = ti.batch_shape
-            if b:
-                node.bdims = ((len(b), 0), b)
-            out = TensorImpl(node, None, ti.shape, out_dt, b)
-            wr = _wref(out)
-            node.outs = (wr,)
-            pending = CTX.pending
-            if len(pending) < 4096:
-                pending.append(wr)
-            else:
-                note_pending(wr)
-            if not depth & 63 and depth > _cfg_get("max_graph_depth"):
-                realize_impls([out], cut=True)
             t = _new_tensor(Tensor)
-            t._impl = out
+            t._impl = make_node(
+                prim,
+                params,
+                (ref, lit),
+                depth,
+                ((ti.shape, out_dt),),
+                trace,
+                ((len(b), 0), b) if b else None,
+            )[0]
             return t
         return _binary(name, prim, kind, x1, x2)
 

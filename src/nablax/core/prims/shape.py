@@ -22,7 +22,7 @@ from jax import lax
 from ...errors import ShapeError, op_error
 from ..build import TensorImpl, bind
 from ..dtypes import promote
-from ..graph import Const
+from ..graph import Literal
 from ..host import exact_scalar
 from ..primitive import primitive
 from ..tensor import Tensor, to_impl
@@ -117,7 +117,7 @@ broadcast_in_dim_p = primitive(
 def _filled(shape: tuple, value, dtype) -> Tensor:
     """A lazy tensor of ``shape`` filled with the scalar ``value`` (already exact in ``dtype``):
     a broadcast of a constant, which XLA fuses into its consumers."""
-    return Tensor._wrap(bind(broadcast_in_dim_p, [Const(value, dtype)], (shape, ()))[0])
+    return Tensor._wrap(bind(broadcast_in_dim_p, [Literal(value, dtype)], (shape, ()))[0])
 
 
 # ---- slice, pad, rev ---------------------------------------------------------------------------

@@ -70,7 +70,6 @@ import numpy as np
 from ... import tree as _tree
 from ...errors import GraphBreakError
 from ..context import CTX
-from ..graph import src_node
 from ..realize import realize_impls
 from ..tensor import Tensor
 from .compile_entry import PY_NUMBERS, Entry, fast_signature
@@ -173,7 +172,7 @@ class Compiled:
             if isinstance(leaf, Tensor):
                 impl = leaf._impl
                 if impl.batch_shape or (
-                    impl.src is not None and (src_node(impl.src).trace or CTX.tracing_depth)
+                    impl.src is not None and (impl.src[0].trace or CTX.tracing_depth)
                 ):  # inside a transform, or in a function being traced: run inline
                     return self._f(*args, **kwargs)
                 key_leaves.append(("t", impl.shape, impl.dtype))

@@ -27,7 +27,7 @@ from typing import Any
 from ... import tree as _tree
 from ..build import bind
 from ..context import CTX
-from ..graph import _self_alive, src_node
+from ..graph import _self_alive
 from ..ops.creation import zeros_like
 from ..ops.elementwise import stop_gradient
 from ..primitive import primitive
@@ -63,7 +63,7 @@ def _live(trace):
 def _traced(t: Tensor) -> bool:
     """Whether ``t`` is recorded by a live differentiation trace (kernel calls ask this too)."""
     src = t._impl.src
-    return src is not None and _live(src_node(src).trace) is not None
+    return src is not None and _live(src[0].trace) is not None
 
 
 def _call_trace(leaves):
@@ -71,7 +71,7 @@ def _call_trace(leaves):
     best = None
     for x in leaves:
         if isinstance(x, Tensor) and x._impl.src is not None:
-            t = _live(src_node(x._impl.src).trace)
+            t = _live(x._impl.src[0].trace)
             if t is not None and (best is None or t.level > best.level):
                 best = t
     return best

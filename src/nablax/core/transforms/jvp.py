@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ... import tree as _tree
-from ..graph import end_trace, gc_paused, out_ref, src_node
+from ..graph import end_trace, gc_paused
 from ..ops.creation import zeros_like
 from ..tensor import Tensor
 from .trace import (
@@ -29,7 +29,7 @@ from .vjp import _fname, _out_tensors, _split_aux, check_readable
 
 def forward_pass(outputs, tangents: dict) -> list:
     """Tangents of ``outputs`` (tensors) given ``{marker_node: tangent}``; None where zero."""
-    roots = [src_node(t._impl.src) for t in outputs if t._impl.src is not None]
+    roots = [t._impl.src[0] for t in outputs if t._impl.src is not None]
     markers = set(tangents)
     order = collect(roots, markers)
     dep = depends(order, markers)
@@ -51,7 +51,7 @@ def forward_pass(outputs, tangents: dict) -> list:
     result = []
     for t in outputs:
         src = t._impl.src
-        result.append(None if src is None else tan.get(out_ref(src)))
+        result.append(None if src is None else tan.get(src))
     return result
 
 

@@ -25,16 +25,14 @@ gradients against recorded ones for every primitive.
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Any
 
 from ... import _caches, _config
-from ..build import TensorImpl
-from ..context import note_pending
-from ..graph import SCALAR_TYPES, Const, Node, seq_of, split_ref
+from ..build import make_node
+from ..graph import SCALAR_TYPES, Var, encode, new_var, seq_of
 from ..realize import realize_impls
 from ..tensor import Tensor
-from .trace import Opaque, input_aval
+from .trace import Opaque, node_avals
 
 _MAX_PLANS = 256
 
@@ -51,16 +49,6 @@ _S = _State()
 _UNPLANNABLE = object()
 
 
-def _dead_ref() -> weakref.ref:
-    class _Gone:
-        pass
-
-    return weakref.ref(_Gone())  # its referent is collected at once: a weakref that yields None
-
-
-_DEAD = _dead_ref()
-
-
 def plan_info() -> tuple[int, int, int]:
     """(plans stored, replays, recordings) — for tests and benchmarks."""
     return len(_S.plans), _S.hits, _S.recordings
@@ -75,15 +63,6 @@ def clear_plans() -> None:
 _caches.register("autodiff.plans", _S.plans.info, clear_plans)
 
 
-class _Lit:
-    """A literal node input of a recorded node (a Python scalar or a ``Const``)."""
-
-    __slots__ = ("v",)
-
-    def __init__(self, v) -> None:
-        self.v = v
-
-
 def _scalar_code(v):
     t = type(v)
     if t is float:
@@ -94,105 +73,74 @@ def _scalar_code(v):
 
 
 class Frame:
-    """The slots of one forward graph: ``env[slot]`` is a node-input reference (a ``Node``,
-    ``(node, index)`` or a leaf array), ``depths[slot]`` its depth."""
+    """The values one forward graph gives a plan: ``env[slot]`` is the ``Var`` of a forward node
+    output (replay appends the backward nodes' ones), ``ext[i]`` (code ``~i``) a value from outside
+    the forward graph: a leaf ``Literal``, a ``Var`` of an untraced node, a scalar ``Literal``."""
 
-    __slots__ = ("env", "depths", "pos", "ext_nodes", "ext_ids", "trace")
+    __slots__ = ("env", "pos", "ext", "ext_index", "trace")
 
     def __init__(self, trace) -> None:
         self.env: list = []
-        self.depths: list = []
         self.pos: dict = {}  # forward node -> slot of its first output
-        self.ext_nodes: dict = {}  # (node, index) outside the forward graph -> slot
-        self.ext_ids: dict = {}  # id(leaf array) -> slot
+        self.ext: list = []
+        self.ext_index: dict = {}  # Var, or id(array) -> external index
         self.trace = trace
 
 
 def signature(order, markers, seeds, trace, depth: int = 0):
     """``(key, frame)`` of the forward graph ``order`` (collected, topologically sorted) for a
     reverse pass from ``seeds`` to ``markers``; ``(None, None)`` when it cannot be planned."""
-    fr = Frame(trace)
-    env, depths, pos = fr.env, fr.depths, fr.pos
-    memo: dict = {}
-    parts: list[tuple[Any, ...]] = []
     for n in order:
         if n.trace is not trace:
             return None, None
         if n.params and type(n.params[-1]) is Opaque:
             return None, None  # a user-defined rule (custom_vjp's bwd) runs on every pass
-        codes = []
-        for k, inp in enumerate(n.inputs):
-            t = type(inp)
-            if t is Node or t is tuple:
-                m, j = (inp, 0) if t is Node else inp
-                b = pos.get(m)
-                if b is not None:
-                    codes.append(b + j)
-                    continue
-                s = fr.ext_nodes.get((m, j))
-                if s is None:
-                    if m.trace is not None:
-                        return None, None
-                    s = fr.ext_nodes[(m, j)] = len(env)
-                    env.append(inp)
-                    depths.append(m.depth)
-                    bshape = m.bdims[1] if m.bdims is not None else ()
-                    parts.append(("x", input_aval(inp, n, memo, k), bshape, m.values is not None))
-                codes.append(s)
-            elif t in SCALAR_TYPES:
-                codes.append(_scalar_code(inp))
-            elif t is Const:
-                codes.append(("c", inp.dtype, _scalar_code(inp.value)))
-            else:
-                s = fr.ext_ids.get(id(inp))
-                if s is None:
-                    s = fr.ext_ids[id(inp)] = len(env)
-                    env.append(inp)
-                    depths.append(0)
-                    parts.append(("a", tuple(inp.shape), inp.dtype))
-                codes.append(s)
-        pos[n] = len(env)
-        nout = len(n.outs)
-        if n.prim.multiple_results:
-            env.extend((n, j) for j in range(nout))
+    fr = Frame(trace)
+    steps, _, fr.ext = encode(order, fr.pos)
+    memo: dict = {}
+    ext_desc: list = []
+    for i, inp in enumerate(fr.ext):
+        if type(inp) is Var:
+            m, j = inp
+            if m.trace is not None:
+                return None, None
+            fr.ext_index[inp] = i
+            bshape = m.bdims[1] if m.bdims is not None else ()
+            ext_desc.append(("x", node_avals(m, memo)[j], bshape, m.values is not None))
+            continue
+        v = inp.value
+        if type(v) in SCALAR_TYPES:  # its value is part of the key (rules may fold it in)
+            ext_desc.append(("s", inp.dtype, inp.weak, _scalar_code(v)))
         else:
-            env.append(n)
-        depths.extend([n.depth] * nout)
-        parts.append(
-            (n.prim, n.params, tuple(codes), n.bdims, nout, n.values is not None, n in markers)
-        )
-    marker_slots = tuple(pos.get(m, -1) for m in markers)
+            fr.ext_index[id(v)] = i
+            ext_desc.append(("a", tuple(v.shape), inp.dtype))
     seed_codes: list[tuple[Any, ...] | None] = []
     for t, ct in seeds:
         src = t._impl.src
         if src is None or ct is None:
             seed_codes.append(None)
             continue
-        m, j = (src, 0) if type(src) is Node else src
-        b = pos.get(m)
+        m, j = src
+        b = fr.pos.get(m)
         if b is None:
             return None, None
         cimpl = ct._impl
-        cref = cimpl.src if cimpl.src is not None else cimpl.value
-        cr = split_ref(cref)
-        if cr is not None:
-            cm = cr[0]
-            if cm.trace is not None:
-                return None, None
-            key = (cm, cr[1])
-            s = fr.ext_nodes.get(key)
-            if s is None:
-                s = fr.ext_nodes[key] = len(env)
-                env.append(cref)
-                depths.append(cm.depth)
-        else:
-            s = fr.ext_ids.get(id(cref))
-            if s is None:
-                s = fr.ext_ids[id(cref)] = len(env)
-                env.append(cref)
-                depths.append(0)
-        seed_codes.append((b + j, s, cimpl.shape, cimpl.dtype, cimpl.batch_shape))
-    return (tuple(parts), marker_slots, tuple(seed_codes), depth), fr
+        cref = cimpl.src
+        if cref is not None and cref[0].trace is not None:
+            return None, None
+        key = cref if cref is not None else id(cimpl.value)
+        s = fr.ext_index.get(key)
+        if s is None:
+            s = fr.ext_index[key] = len(fr.ext)
+            fr.ext.append(cref if cref is not None else cimpl.lit)
+        seed_codes.append((b + j, ~s, cimpl.shape, cimpl.dtype, cimpl.batch_shape))
+    env = fr.env
+    for n in order:
+        env.extend(new_var(Var, (n, j)) for j in range(len(n.outs)))
+    flags = tuple((n.values is not None, n in markers) for n in order)
+    marker_slots = tuple(fr.pos.get(m, -1) for m in markers)
+    key = ((tuple(steps), flags, tuple(ext_desc)), marker_slots, tuple(seed_codes), depth)
+    return key, fr
 
 
 def lookup(key):
@@ -208,10 +156,13 @@ def is_plan(plan) -> bool:
 class Plan:
     """Recorded backward nodes plus where the per-marker cotangents are."""
 
-    __slots__ = ("nodes", "outputs")
+    __slots__ = ("nodes", "literals", "outputs")
 
-    def __init__(self, nodes, outputs) -> None:
-        self.nodes = nodes  # encode_node tuples
+    def __init__(self, nodes, literals, outputs) -> None:
+        # (encode step, traced, avals, bdims) per node; a code ~i with i >= len(frame.ext) is
+        # literals[i - len(frame.ext)], a scalar the rules put in a backward node
+        self.nodes = nodes
+        self.literals = literals
         self.outputs = outputs  # (marker index, slot, shape, dtype, batch_shape)
 
 
@@ -231,8 +182,8 @@ def _record(fr: Frame, markers, result: dict):
         src = ct._impl.src
         if src is None:
             return None
-        m, j = (src, 0) if type(src) is Node else src
-        if m in fr.pos or (m, j) in fr.ext_nodes:
+        m = src[0]
+        if m in fr.pos or src in fr.ext_index:
             return None  # a forward value or a seed itself: nothing was built
         if m in new:
             continue
@@ -244,137 +195,79 @@ def _record(fr: Frame, markers, result: dict):
             return None
         assert n.inputs is not None  # a pending node
         for inp in n.inputs:
-            t = type(inp)
-            if t is Node or t is tuple:
-                m, j = (inp, 0) if t is Node else inp
-                if m in fr.pos or (m, j) in fr.ext_nodes or m in new:
+            if type(inp) is Var:
+                m = inp[0]
+                if m in fr.pos or inp in fr.ext_index or m in new:
                     continue
                 new[m] = None
                 stack.append(m)
-    slot_of: dict = {}
-    n_slots = len(fr.env)
+    order = sorted(new, key=seq_of)  # created after its inputs: topological
+    slot = dict(fr.pos)
+    steps, _, ext = encode(order, slot, len(fr.env))
+    # the backward nodes' external inputs: the frame's values, or scalars the rules made
+    n_ext = len(fr.ext)
+    to_frame = []
+    literals: list = []
+    for inp in ext:
+        if type(inp) is Var:
+            to_frame.append(fr.ext_index[inp])
+        elif type(inp.value) in SCALAR_TYPES:
+            to_frame.append(n_ext + len(literals))
+            literals.append(inp)
+        else:
+            i = fr.ext_index.get(id(inp.value))
+            if i is None:
+                return None  # an array the forward graph does not read
+            to_frame.append(i)
+    steps = [
+        (p, q, tuple(c if c >= 0 else ~to_frame[~c] for c in codes), b, k, d)
+        for p, q, codes, b, k, d in steps
+    ]
+    memo: dict = {}
     nodes = []
-    for n in sorted(new, key=seq_of):  # created after its inputs: topological
-        codes = []
-        for inp in n.inputs:
-            t = type(inp)
-            if t is Node or t is tuple:
-                m, j = (inp, 0) if t is Node else inp
-                b = fr.pos.get(m)
-                if b is None:
-                    b = slot_of.get(m)
-                if b is not None:
-                    codes.append(b + j)
-                else:
-                    codes.append(fr.ext_nodes[(m, j)])
-            elif t in SCALAR_TYPES or t is Const:
-                codes.append(_Lit(inp))
-            else:
-                s = fr.ext_ids.get(id(inp))
-                if s is None:
-                    return None  # an array the forward graph does not read
-                codes.append(s)
-        slot_of[n] = n_slots
-        n_slots += len(n.outs)
-        nodes.append(encode_node(n, codes, trace))
+    for n, step in zip(order, steps):
+        traced = trace is not None and n.trace is trace
+        nodes.append((step, traced, tuple(node_avals(n, memo)), n.bdims))
     outputs = []
     for i, m in enumerate(markers):
         ct = result.get(m)
         if ct is None:
             continue
         impl = ct._impl
-        src = impl.src
-        n, j = (src, 0) if type(src) is Node else src
-        outputs.append((i, slot_of[n] + j, impl.shape, impl.dtype, impl.batch_shape))
-    return Plan(tuple(nodes), tuple(outputs))
-
-
-def encode_node(n: Node, codes: list, trace) -> tuple:
-    """A recorded node: ``codes`` holds an int slot or a :class:`_Lit` per input; ``trace``: the
-    trace the replayed node joins when ``n`` belongs to it (``None``: never traced)."""
-    traced = trace is not None and n.trace is trace
-    int_codes = tuple(c for c in codes if type(c) is int)
-    return (
-        n.prim,
-        n.params,
-        tuple(codes),
-        int_codes,
-        len(n.outs),
-        n.prim.multiple_results,
-        traced,
-        n.avals if traced else None,
-        n.bdims,
-        len(int_codes) != len(codes),  # has literal inputs
-    )
-
-
-def build_nodes(nodes, env: list, depths: list, trace, built: dict | None = None) -> int:
-    """Create the recorded ``nodes`` (from :func:`encode_node`) in order, appending their output
-    references to ``env`` and depths to ``depths`` (and each node to ``built``); returns the
-    largest depth. Outputs start with dead weak references: see :func:`bind_output`."""
-    dead = _DEAD
-    get = env.__getitem__
-    dget = depths.__getitem__
-    max_depth = 0
-    for prim, params, codes, int_codes, nout, multi, traced, avals, bdims, lits in nodes:
-        if lits:
-            refs = tuple([get(c) if type(c) is int else c.v for c in codes])
-        else:
-            refs = tuple(map(get, codes))
-        if len(int_codes) == 1:
-            d = dget(int_codes[0]) + 1
-        else:
-            d = max(map(dget, int_codes), default=0) + 1
-        node = Node(prim, params, refs, d, trace if traced else None)
-        if traced:
-            node.avals = avals
-        if bdims is not None:
-            node.bdims = bdims
-        if built is not None:
-            built[node] = None
-        if nout == 1:
-            node.outs = (dead,)
-            env.append((node, 0) if multi else node)
-            depths.append(d)
-        else:
-            node.outs = (dead,) * nout
-            env.extend((node, j) for j in range(nout))
-            depths.extend([d] * nout)
-        if d > max_depth:
-            max_depth = d
-    return max_depth
-
-
-def bind_output(ref, shape, dtype, batch_shape=()) -> TensorImpl:
-    """A pending tensor for the node output ``ref`` built by :func:`build_nodes`."""
-    impl = TensorImpl(ref, None, shape, dtype, batch_shape)
-    node, j = (ref, 0) if type(ref) is Node else ref
-    outs = list(node.outs)
-    outs[j] = weakref.ref(impl)
-    node.outs = tuple(outs)
-    return impl
+        n, j = impl.src
+        outputs.append((i, slot[n] + j, impl.shape, impl.dtype, impl.batch_shape))
+    return Plan(tuple(nodes), tuple(literals), tuple(outputs))
 
 
 def replay(plan: Plan, frame: Frame, markers) -> dict:
-    """Build the recorded backward nodes on ``frame``; ``{marker: cotangent tensor}``."""
+    """Build the recorded backward nodes on ``frame`` (with :func:`build.make_node`, as the rules
+    would have); ``{marker: cotangent tensor}``."""
     _S.hits += 1
     env = frame.env
-    max_depth = build_nodes(plan.nodes, env, frame.depths, frame.trace)
+    ext = frame.ext + list(plan.literals)
+    wanted = {slot for _, slot, _, _, _ in plan.outputs}
+    made: dict = {}  # slot -> output impl (the wanted ones, kept alive)
+    max_depth = 0
+    for (prim, params, codes, base, _, _), traced, avals, bdims in plan.nodes:
+        refs = tuple([env[c] if c >= 0 else ext[~c] for c in codes])
+        d = 0
+        for r in refs:
+            if type(r) is Var and r[0].depth > d:
+                d = r[0].depth
+        d += 1
+        impls = make_node(prim, params, refs, d, avals, frame.trace if traced else None, bdims)
+        for j, impl in enumerate(impls):
+            env.append(impl.src)
+            if base + j in wanted:
+                made[base + j] = impl
+        if d > max_depth:
+            max_depth = d
     marker_list = list(markers)
     result = {}
-    made: dict = {}
     for i, slot, shape, dtype, bd in plan.outputs:
-        impl = made.get(slot)
-        if impl is None:
-            ref = env[slot]
-            impl = made[slot] = bind_output(ref, shape, dtype, bd)
-            note_pending(src_out(ref))
+        impl = made[slot]
+        impl.shape, impl.dtype, impl.batch_shape = shape, dtype, bd
         result[marker_list[i]] = Tensor._wrap(impl)
     if max_depth > _config.get("max_graph_depth"):
         realize_impls(list(made.values()))
     return result
-
-
-def src_out(ref) -> weakref.ref:
-    """The weak reference to the tensor of node output ``ref``."""
-    return ref.outs[0] if type(ref) is Node else ref[0].outs[ref[1]]

@@ -49,8 +49,8 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import GraphBreakError
-from ..build import make_outputs
-from ..graph import Const, Node, deeper
+from ..build import make_node
+from ..graph import Literal, Var, deeper
 from ..primitive import primitive
 from ..prims._rules import cast_like, is_float_tensor
 from ..sharding import DeviceMesh, ShardingSpec
@@ -72,19 +72,16 @@ def _call(body: Body, refs: list, bds: list) -> list:
     with ``bds`` batch axes each) to the graph; returns its output impls."""
     depth, trace = 0, None
     for r in refs:
-        t = type(r)
-        if t is Node or t is tuple:
-            m = r if t is Node else r[0]
+        if type(r) is Var:
+            m = r[0]
             if m.depth > depth:
                 depth = m.depth
             if m.trace is not None:
                 trace = deeper(trace, m.trace)
-    all_refs = tuple(refs) + tuple(Const(v, d) for v, d in body.lits)
+    all_refs = tuple(refs) + tuple(Literal(v, d) for v, d in body.lits)
     all_bds = tuple(bds) + (0,) * len(body.lits)
     bdims = (all_bds, body.out_bshape) if any(all_bds) or body.out_bshape else None
-    impls = make_outputs(
-        shard_map_call_p, (body,), all_refs, depth + 1, body.out_avals, trace, bdims
-    )
+    impls = make_node(shard_map_call_p, (body,), all_refs, depth + 1, body.out_avals, trace, bdims)
     for impl, spec in zip(impls, body.plan):
         impl.sharding = spec
     return impls

@@ -22,9 +22,9 @@ import numpy as np
 
 from ...errors import GraphBreakError
 from .. import realize as _realize
-from ..build import TensorImpl
+from ..build import make_node
 from ..context import CTX
-from ..graph import SCALAR_TYPES, Const, Node, _next_seq, split_ref, src_node, toposort
+from ..graph import SCALAR_TYPES, Var, _next_seq, encode, run_steps, toposort
 from ..primitive import Primitive
 from ..tensor import Tensor
 
@@ -111,14 +111,12 @@ def forget_traced(placeholders, since: int | None = None) -> None:
             todo = [
                 m
                 for inp in n.inputs or ()
-                if (r := split_ref(inp)) is not None and (m := r[0]) not in dep and m.values is None
+                if type(inp) is Var and (m := inp[0]) not in dep and m.values is None
             ]
             if todo:
                 stack.extend(todo)
                 continue
-            dep[n] = any(
-                (r := split_ref(inp)) is not None and dep.get(r[0], False) for inp in n.inputs or ()
-            )
+            dep[n] = any(type(inp) is Var and dep.get(inp[0], False) for inp in n.inputs or ())
             stack.pop()
         return dep[node]
 
@@ -127,7 +125,7 @@ def forget_traced(placeholders, since: int | None = None) -> None:
         impl = wr()
         if impl is None or impl.value is not None:
             continue
-        node = src_node(impl.src)
+        node = impl.src[0]
         if (since is None or node.seq < since) and not depends(node):
             keep.append(wr)
     CTX.pending[:] = keep
@@ -136,10 +134,8 @@ def forget_traced(placeholders, since: int | None = None) -> None:
 def make_placeholder(t: Any, k: int):
     """``(node, tensor)``: a pending tensor standing for argument ``k`` (shape/dtype of ``t``, a
     tensor or any object with ``shape`` and ``dtype``)."""
-    node = Node(compile_input_p, (t.shape, t.dtype, k), (), 1, None)
-    impl = TensorImpl(node, None, t.shape, t.dtype)
-    node.outs = (weakref.ref(impl),)
-    return node, Tensor._wrap(impl)
+    (impl,) = make_node(compile_input_p, (t.shape, t.dtype, k), (), 1, ((t.shape, t.dtype),))
+    return impl.src[0], Tensor._wrap(impl)
 
 
 def trace_graph(f, args, placeholders):
@@ -163,63 +159,43 @@ def trace_graph(f, args, placeholders):
 def lower(out_impls, placeholders):
     """``program(*args, *captured)`` (to be jitted) computing ``out_impls`` from the placeholders
     and the realized arrays the graph captured; returns ``(program, captured)``."""
-    order = toposort([src_node(i.src) for i in out_impls if i.src is not None])
+    order = toposort([i.src[0] for i in out_impls if i.src is not None])
     pos = {n: i for i, n in enumerate(placeholders)}
-    slot: dict = {}
     captured: list = []
     cap_ids: dict = {}
-    steps = []
-    for n in order:
-        if n.prim is compile_input_p:
-            continue
-        codes = []
-        for inp in n.inputs:
-            t = type(inp)
-            if t is Node or t is tuple:
-                m, j = (inp, 0) if t is Node else inp
-                if m.prim is compile_input_p:
-                    codes.append(("arg", pos[m]))
-                elif m in slot:
-                    codes.append(("node", m, j))
-                else:  # realized outside the program
-                    codes.append(("cap", _capture(m.values[j], captured, cap_ids)))
-            elif t is Const:
-                codes.append(("lit", np.asarray(inp.value, inp.dtype)))
-            elif t in SCALAR_TYPES:
-                codes.append(("lit", np.asarray(inp, n.params[0])))
-            else:
-                codes.append(("cap", _capture(inp, captured, cap_ids)))
-        slot[n] = True
-        steps.append((n, n.prim, n.params, codes, n.bdims[0] if n.bdims else None))
-    outs = []
+
+    def source(inp) -> tuple:
+        """Where an external value comes from: ("arg", k), ("cap", k) or ("lit", numpy scalar)."""
+        if type(inp) is Var:
+            m, j = inp
+            if m.prim is compile_input_p:
+                return ("arg", pos[m])
+            return ("cap", _capture(m.values[j], captured, cap_ids))  # realized outside
+        if type(inp.value) in SCALAR_TYPES:
+            return ("lit", np.asarray(inp.value, inp.dtype))
+        return ("cap", _capture(inp.value, captured, cap_ids))
+
+    slot: dict = {}
+    steps, n_slots, ext_refs = encode([n for n in order if n.prim is not compile_input_p], slot)
+    ext = [source(inp) for inp in ext_refs]
+    outs = []  # a slot, or a source
     for impl in out_impls:
-        if impl.src is None:
+        r = impl.src
+        if r is None:
             outs.append(("cap", _capture(impl.value, captured, cap_ids)))
         else:
-            m, j = (impl.src, 0) if type(impl.src) is Node else impl.src
-            outs.append(("arg", pos[m]) if m.prim is compile_input_p else ("node", m, j))
+            outs.append(slot[r[0]] + r[1] if r[0] in slot else source(r))
 
     n_args = len(placeholders)
 
     def program(*flat):
         args, caps = flat[:n_args], flat[n_args:]
-        env: dict = {}
 
         def get(c):
-            kind = c[0]
-            if kind == "arg":
-                return args[c[1]]
-            if kind == "cap":
-                return caps[c[1]]
-            if kind == "lit":
-                return c[1]
-            v = env[c[1]]
-            return v[c[2]] if c[1].prim.multiple_results else v
+            return args[c[1]] if c[0] == "arg" else caps[c[1]] if c[0] == "cap" else c[1]
 
-        for n, prim, params, codes, bds in steps:
-            vals = [get(c) for c in codes]
-            env[n] = prim.lower(params, *vals) if bds is None else prim.batch(params, bds, *vals)
-        return [get(c) for c in outs]
+        env = run_steps(steps, [None] * n_slots, [get(c) for c in ext])
+        return [env[c] if type(c) is int else get(c) for c in outs]
 
     return program, captured
 

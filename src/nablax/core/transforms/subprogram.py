@@ -11,14 +11,23 @@ forward values it needs from the node's inputs.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import jax
 import numpy as np
 
-from ..build import TensorImpl
-from ..graph import SCALAR_TYPES, Const, Node, _next_seq, end_trace, seq_of, split_ref, src_node
+from ..build import make_node
+from ..graph import (
+    SCALAR_TYPES,
+    Literal,
+    Node,
+    Var,
+    _next_seq,
+    encode,
+    end_trace,
+    run_steps,
+    seq_of,
+)
 from ..prims._batch import to_full_batch
 from ..sharding import DeviceMesh, ShardingSpec, named_layout, propagate
 from ..tensor import Tensor
@@ -69,14 +78,14 @@ class Body:
     _hash: int
     mesh: DeviceMesh
     ins: list[_In]
-    outs: list[tuple[Node, int]]  # the sub-graph's outputs
+    outs: list[Var]  # the sub-graph's outputs
     out_avals: tuple[tuple[Any, Any], ...]  # logical (shape, dtype) per output
     out_bshape: tuple[Any, ...]  # the batch shape of the node's outputs
     lits: list[tuple[Any, np.dtype]]  # (value, dtype) of each scalar input, after the tensors
     plan: list[ShardingSpec | None]  # logical spec per output (None: unconstrained)
     in_sh: tuple[Any, ...]  # NamedSharding (or None) per tensor input
     out_sh: tuple[Any, ...]  # NamedSharding (or None) per output
-    steps: tuple[tuple[Any, ...], ...]  # (prim, params, codes, bdims, base slot, nout) per node
+    steps: tuple[tuple[Any, ...], ...]  # graph.encode's steps (scalar inputs: codes ~i, lits[i])
     n_slots: int
     out_codes: tuple[int, ...]
     out_bds: tuple[int, ...]
@@ -104,14 +113,7 @@ class Body:
         env = [None] * self.n_slots
         for k, (v, s) in enumerate(zip(xs, self.in_sh)):
             env[k] = v if s is None else jax.lax.with_sharding_constraint(v, s)
-        lits = xs[n_in:]
-        for prim, params, codes, bds, base, nout in self.steps:
-            args = [env[c] if c >= 0 else lits[~c] for c in codes]
-            r = prim.lower(params, *args) if bds is None else prim.rule("batch")(params, bds, *args)
-            if prim.multiple_results:
-                env[base : base + nout] = list(r)
-            else:
-                env[base] = r
+        run_steps(self.steps, env, xs[n_in:])
         outs = []
         for c, b, s in zip(self.out_codes, self.out_bds, self.out_sh):
             v = to_full_batch(env[c], b, self.out_bshape)
@@ -144,13 +146,11 @@ class Stage:
 
     def add(self, shape: tuple, dtype, bshape: tuple, spec) -> Tensor:
         """A new input: the marked placeholder tensor the staged code sees."""
-        node = Node(compile_input_p, (shape, dtype, len(self.ins)), (), 1, None)
-        if bshape:
-            node.bdims = ((), bshape)
-        impl = TensorImpl(node, None, shape, dtype, bshape)
-        node.outs = (weakref.ref(impl),)
+        bdims = ((), bshape) if bshape else None
+        params = (shape, dtype, len(self.ins))
+        (impl,) = make_node(compile_input_p, params, (), 1, ((shape, dtype),), None, bdims)
         m = mark(Tensor._wrap(impl), self.trace)
-        self.ins.append(_In(node, marker_of(m), bshape, spec))
+        self.ins.append(_In(impl.src[0], marker_of(m), bshape, spec))
         return m
 
     def reuse(self, ins) -> None:
@@ -161,22 +161,21 @@ class Stage:
         """The body computing ``outs`` from the inputs; ``out_specs``: one logical spec (or
         None: unconstrained) per output, or None to infer the plan."""
         lo = min(i.ph.seq for i in self.ins) if self.ins else _next_seq()
-        roots = [src_node(t._impl.src) for t in outs if t._impl.src is not None]
+        roots = [t._impl.src[0] for t in outs if t._impl.src is not None]
         dep, order = _dependent(roots, [i.ph for i in self.ins], lo)
         capture = _Captures(self, dep, lo)
         out_refs = []
         for t in outs:
             impl = t._impl
-            r = split_ref(impl.src) if impl.src is not None else None
+            r = impl.src
             if r is not None and dep.get(r[0]):
                 out_refs.append(r)
             else:  # not computed from the inputs: passed in (and out) as an input
                 nb = len(impl.batch_shape)
-                out_refs.append(
-                    (capture(impl.ref, impl.shape, impl.dtype, impl.batch_shape, nb), 0)
-                )
+                m = capture(impl.ref, impl.shape, impl.dtype, impl.batch_shape, nb)
+                out_refs.append(Var((m, 0)))
         for n in order:
-            if any((r := split_ref(i)) is None or not dep[r[0]] for i in n.inputs):
+            if any(type(i) is not Var or not dep[i[0]] for i in n.inputs):
                 n.inputs = tuple(capture.convert(n, k, i) for k, i in enumerate(n.inputs))
         order = sorted(order + capture.markers(), key=seq_of)
         return _make_body(self.ins, order, out_refs, outs, mesh, out_specs)
@@ -197,11 +196,11 @@ def _dependent(roots, phs, lo) -> tuple[dict, list]:
             dep[n] = False
             stack.pop()
             continue
-        todo = [r[0] for i in n.inputs if (r := split_ref(i)) is not None and r[0] not in dep]
+        todo = [i[0] for i in n.inputs if type(i) is Var and i[0] not in dep]
         if todo:
             stack.extend(todo)
             continue
-        d = any(dep[r[0]] for i in n.inputs if (r := split_ref(i)) is not None)
+        d = any(dep[i[0]] for i in n.inputs if type(i) is Var)
         dep[n] = d
         if d:
             order.append(n)
@@ -219,30 +218,35 @@ class _Captures:
         self.memo: dict = {}
 
     def __call__(self, ref, shape, dtype, bshape, nb) -> Node:
-        key = (ref, 0) if type(ref) is Node else ref if type(ref) is tuple else (id(ref), nb)
+        """The marker node of the new input standing for ``ref`` (a ``Var`` or an array
+        ``Literal``; one input per distinct value)."""
+        key = ref if type(ref) is Var else (id(ref.value), nb)
         marker = self.by_key.get(key)
         if marker is None:
             m = self.stage.add(shape, dtype, bshape, None)
             marker = self.by_key[key] = marker_of(m)
             self.made.append(self.stage.ins[-1])
-            if type(ref) is not Node and type(ref) is not tuple:
-                self.made[-1].hint = ref
+            if type(ref) is Literal:
+                self.made[-1].hint = ref.value
             self.stage.captured.append(ref)
         return marker
 
     def convert(self, n: Node, k: int, inp):
-        r = split_ref(inp)
-        if r is not None:
-            if self.dep[r[0]]:
+        """Input ``k`` of ``n`` in the body: itself if computed in the body or a scalar, else
+        (the output of) a new input's marker."""
+        if type(inp) is Var:
+            m, j = inp
+            if self.dep[m]:
                 return inp
-            shape, dtype = node_avals(r[0], self.memo)[r[1]]
-            bshape = r[0].bdims[1] if r[0].bdims is not None else ()
-            return self(inp, shape, dtype, bshape, len(bshape))
-        if type(inp) in SCALAR_TYPES or type(inp) is Const:
+            shape, dtype = node_avals(m, self.memo)[j]
+            bshape = m.bdims[1] if m.bdims is not None else ()
+            return Var((self(inp, shape, dtype, bshape, len(bshape)), 0))
+        v = inp.value
+        if type(v) in SCALAR_TYPES:
             return inp
         nb = n.bdims[0][k] if n.bdims is not None else 0
-        shape = tuple(inp.shape)
-        return self(inp, shape[nb:], np.dtype(inp.dtype), shape[:nb], nb)
+        shape = tuple(v.shape)
+        return Var((self(inp, shape[nb:], np.dtype(v.dtype), shape[:nb], nb), 0))
 
     def markers(self) -> list:
         """The new markers, renumbered to come before every node of the sub-graph (their
@@ -274,28 +278,11 @@ def _make_body(ins, order, out_refs, outs, mesh, out_specs) -> Body:
     b.out_bshape = _common_batch(bshapes)
     b.out_bds = tuple(len(s) for s in bshapes)
     slot = {i.ph: k for k, i in enumerate(b.ins)}
-    n = len(b.ins)
-    steps: list[tuple[Any, ...]] = []
-    lits: list[tuple[Any, np.dtype]] = []
-    for node in order:
-        codes = []
-        for inp in node.inputs:
-            r = split_ref(inp)
-            if r is not None:
-                codes.append(slot[r[0]] + r[1])
-            elif type(inp) is Const:
-                codes.append(~len(lits))
-                lits.append((inp.value, np.dtype(inp.dtype)))
-            else:
-                assert type(inp) in SCALAR_TYPES, f"unconverted input {type(inp)}"
-                codes.append(~len(lits))
-                lits.append((inp, np.dtype(node.params[0])))
-        slot[node] = n
-        nout = len(node.outs)
-        bds = node.bdims[0] if node.bdims is not None else None
-        steps.append((node.prim, node.params, tuple(codes), bds, n, nout))
-        n += nout
-    b.steps, b.n_slots, b.lits = tuple(steps), n, lits
+    steps, n, ext = encode(order, slot, len(b.ins))
+    # every outside value is an input by now (closure conversion): only scalars are external
+    assert all(type(i) is Literal and type(i.value) in SCALAR_TYPES for i in ext), ext
+    b.steps, b.n_slots = tuple(steps), n
+    b.lits = [(i.value, np.dtype(i.dtype)) for i in ext]
     b.out_codes = tuple(slot[m] + j for m, j in out_refs)
     if out_specs is None:
         given = {i.ph: _input_layout(i, mesh) for i in b.ins}
@@ -312,7 +299,7 @@ def _make_body(ins, order, out_refs, outs, mesh, out_specs) -> Body:
     b.key = (
         b.steps,
         tuple((i.aval, i.bshape) for i in b.ins),
-        tuple(d for _, d in lits),
+        tuple(d for _, d in b.lits),
         b.out_codes,
         b.out_bds,
         b.out_bshape,

@@ -16,9 +16,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..build import TensorImpl, impl_from_array
-from ..context import CTX, note_pending
-from ..graph import SCALAR_TYPES, Const, Node, Trace, end_trace, seq_of, split_ref
+from ..build import TensorImpl, impl_from_array, make_node
+from ..context import CTX
+from ..graph import SCALAR_TYPES, Node, Trace, Var, end_trace, new_var, seq_of
 from ..ops.creation import full
 from ..primitive import primitive
 from ..tensor import Tensor
@@ -99,27 +99,24 @@ trace_input_p = primitive(
 def mark(t: Tensor, trace: Trace) -> Tensor:
     """A new tensor equal to ``t`` whose node is a marker owned by ``trace``."""
     impl = t._impl
-    ref = impl.src if impl.src is not None else impl.value
-    depth = 1 if impl.src is None else _node(impl.src).depth + 1
-    node = Node(trace_input_p, (), (ref,), depth, trace)
-    node.avals = ((impl.shape, impl.dtype),)
+    depth = 1 if impl.src is None else impl.src[0].depth + 1
     b = impl.batch_shape
-    if b:
-        node.bdims = ((len(b),), b)
-    out = TensorImpl(node, None, impl.shape, impl.dtype, b)
-    node.outs = (weakref.ref(out),)
-    note_pending(node.outs[0])
+    (out,) = make_node(
+        trace_input_p,
+        (),
+        (impl.ref,),
+        depth,
+        ((impl.shape, impl.dtype),),
+        trace,
+        ((len(b),), b) if b else None,
+    )
     return Tensor._wrap(out)
 
 
 def marker_of(t: Tensor) -> Node:
     src = t._impl.src
-    assert type(src) is Node and src.prim is trace_input_p, "not a marked tensor"
-    return src
-
-
-def _node(src) -> Node:
-    return src if type(src) is Node else src[0]
+    assert src is not None and src[0].prim is trace_input_p, "not a marked tensor"
+    return src[0]
 
 
 class Opaque:
@@ -156,9 +153,8 @@ def collect(roots, stop) -> list[Node]:
         if n in stop or n.inputs is None:
             continue
         for inp in n.inputs:
-            r = split_ref(inp)
-            if r is not None:
-                m = r[0]
+            if type(inp) is Var:
+                m = inp[0]
                 if m.trace is not None and m not in seen:
                     seen[m] = None
                     stack.append(m)
@@ -173,8 +169,7 @@ def depends(order, markers) -> set:
             dep.add(n)
             continue
         for inp in n.inputs or ():
-            r = split_ref(inp)
-            if r is not None and r[0] in dep:
+            if type(inp) is Var and inp[0] in dep:
                 dep.add(n)
                 break
     return dep
@@ -216,7 +211,7 @@ def node_avals(node: Node, memo: dict) -> list:
             continue
         ins = n.inputs
         assert ins is not None  # no output or value knows the avals: the node is pending
-        missing = [r[0] for inp in ins if (r := split_ref(inp)) is not None and r[0] not in memo]
+        missing = [inp[0] for inp in ins if type(inp) is Var and inp[0] not in memo]
         if missing:
             stack.extend(missing)
             continue
@@ -228,34 +223,28 @@ def node_avals(node: Node, memo: dict) -> list:
 
 def input_aval(inp, node: Node, memo: dict, k: int):
     """Logical ``(shape, dtype)`` of input ``k`` of ``node``."""
-    t = type(inp)
-    if t is Const:
+    if type(inp) is Var:
+        return node_avals(inp[0], memo)[inp[1]]
+    v = inp.value
+    if type(v) in SCALAR_TYPES:
         return ((), inp.dtype)
-    if t in SCALAR_TYPES:
-        return ((), node.params[0])
-    r = split_ref(inp)
-    if r is not None:
-        return node_avals(r[0], memo)[r[1]]
     nb = node.bdims[0][k] if node.bdims is not None else 0
-    return (tuple(inp.shape)[nb:], np.dtype(inp.dtype))
+    return (tuple(v.shape)[nb:], np.dtype(v.dtype))
 
 
 def tensor_of(inp, node: Node, memo: dict, k: int):
     """The value input ``k`` of ``node`` stands for: a Tensor (a node output or a realized array) or
-    the Python scalar itself (scalars are weakly typed, so rules can use them as they are)."""
-    t = type(inp)
-    if t in SCALAR_TYPES:
-        return inp
-    if t is Const:
-        return full((), inp.value, inp.dtype)
-    r = split_ref(inp)
-    if r is None:
-        impl = impl_from_array(inp)
-        nb = node.bdims[0][k] if node.bdims is not None else 0
-        if nb:  # a realized vmap-batched value: split off its batch axes
-            impl.batch_shape, impl.shape = impl.shape[:nb], impl.shape[nb:]
-        return Tensor._wrap(impl)
-    return output_tensor(r[0], r[1], memo)
+    the Python scalar itself for a weakly typed scalar (rules can use it as it is)."""
+    if type(inp) is Var:
+        return output_tensor(inp[0], inp[1], memo)
+    v = inp.value
+    if type(v) in SCALAR_TYPES:
+        return v if inp.weak else full((), v, inp.dtype)
+    impl = impl_from_array(v)
+    nb = node.bdims[0][k] if node.bdims is not None else 0
+    if nb:  # a realized vmap-batched value: split off its batch axes
+        impl.batch_shape, impl.shape = impl.shape[:nb], impl.shape[nb:]
+    return Tensor._wrap(impl)
 
 
 def output_tensor(node: Node, j: int, memo: dict) -> Tensor:
@@ -265,9 +254,8 @@ def output_tensor(node: Node, j: int, memo: dict) -> Tensor:
         return Tensor._wrap(impl)
     shape, dtype = node_avals(node, memo)[j]
     value = node.values[j] if node.values is not None else None
-    ref = node if not node.prim.multiple_results else (node, j)
     bshape = node.bdims[1] if node.bdims is not None else ()
-    return Tensor._wrap(TensorImpl(ref, value, shape, dtype, bshape))
+    return Tensor._wrap(TensorImpl(new_var(Var, (node, j)), value, shape, dtype, bshape))
 
 
 class LazyOutputs:
@@ -296,9 +284,8 @@ class LazyOutputs:
 
 
 def ref_key(inp):
-    """Cotangent/tangent key of a node-output input, or None for values and scalars."""
-    r = split_ref(inp)
-    return None if r is None else (r[0], r[1])
+    """Cotangent/tangent key of a node input: the ``Var`` itself, or None for a ``Literal``."""
+    return inp if type(inp) is Var else None
 
 
 def is_float(dtype) -> bool:

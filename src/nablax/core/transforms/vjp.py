@@ -21,7 +21,7 @@ from ... import tree as _tree
 from ...errors import op_error
 from ..build import TensorImpl
 from ..context import CTX
-from ..graph import end_trace, gc_paused, out_ref, src_node
+from ..graph import end_trace, gc_paused
 from ..ops.creation import ones_like, zeros
 from ..tensor import Tensor
 from . import plan as _plan
@@ -51,7 +51,7 @@ def backward_pass(seeds, markers, trace=None, depth: int = 0) -> dict:
     """
     key = frame = None
     if trace is not None and _config.get("backward_plans"):
-        roots = [src_node(t._impl.src) for t, ct in seeds if t._impl.src is not None]
+        roots = [t._impl.src[0] for t, ct in seeds if t._impl.src is not None]
         key, frame = _plan.signature(collect(roots, markers), markers, seeds, trace, depth)
         if key is not None:
             plan = _plan.lookup(key)
@@ -78,9 +78,8 @@ def _run_rules(seeds, markers, depth: int) -> dict:
         src = t._impl.src
         if src is None or ct is None:
             continue
-        r = out_ref(src)
-        _accumulate(cts, r, ct)
-        roots.append(r[0])
+        _accumulate(cts, src, ct)  # keyed by Var: (node, index)
+        roots.append(src[0])
     order = collect(roots, markers)
     dep = depends(order, markers)
     memo: dict = {}
@@ -417,7 +416,7 @@ def _backward(self: Tensor, gradient=None) -> None:
             "backward: this tensor does not depend on any tensor with requires_grad_() "
             "(or its graph was already freed)"
         )
-    roots = [src_node(src)]
+    roots = [src[0]]
     markers = {n for n in collect(roots, set(LEAVES.by_marker)) if n in LEAVES.by_marker}
     if not markers:
         raise RuntimeError(

@@ -33,9 +33,8 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import op_error
-from ..build import make_outputs
+from ..build import make_node
 from ..context import CTX
-from ..graph import src_node
 from ..ops.reduce import sum as _sum
 from ..ops.shape import broadcast_to, expand_dims, moveaxis
 from ..primitive import primitive
@@ -160,14 +159,13 @@ decr_batch_dims_p = primitive(
 
 def _view(prim, params, t: Tensor, shape: tuple, bshape: tuple) -> Tensor:
     impl = t._impl
-    ref = impl.src if impl.src is not None else impl.value
     if impl.src is not None:
-        n = src_node(impl.src)
+        n = impl.src[0]
         depth, trace = n.depth + 1, n.trace
     else:
         depth, trace = 1, None
     bd = ((len(impl.batch_shape),), bshape)
-    (out,) = make_outputs(prim, params, (ref,), depth, [(shape, impl.dtype)], trace, bd)
+    (out,) = make_node(prim, params, (impl.ref,), depth, ((shape, impl.dtype),), trace, bd)
     return Tensor._wrap(out)
 
 
