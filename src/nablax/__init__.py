@@ -153,7 +153,9 @@ from .core.ops.shape import (
 from .core.realize import CacheInfo
 from .core.sharding import DeviceMesh, DimSpec, ShardingSpec, devices
 from .core.tensor import Tensor, realize
+from .core.transforms.checkpoint import checkpoint, remat
 from .core.transforms.compile import compile  # noqa: A004 - the public name is nx.compile
+from .core.transforms.control_flow import cond, fori_loop, scan, switch, while_loop
 from .core.transforms.custom import custom_vjp
 from .core.transforms.jacobian import hessian, jacfwd, jacrev
 from .core.transforms.jvp import jvp

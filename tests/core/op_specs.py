@@ -512,6 +512,70 @@ spec(
     F32_ONLY,
     ["shard_map_call"],
 )
+
+
+def _cf(lib):
+    """Control-flow specs: the same Python bodies on nablax and on jax.lax (``lib``)."""
+    if lib is nx:
+        return nx, nx.tanh, nx.sin
+    return jax.lax, jnp.tanh, jnp.sin
+
+
+def _cond_fn(lib):
+    m, tanh, _ = _cf(lib)
+    # a branch that closes over an outside value (w) and one that does not
+    return lambda x, w: m.cond(
+        x.sum() > 0, lambda a: tanh(a @ w) * 2.0, lambda a: a[:, :2] - 1.0, x
+    )
+
+
+def _switch_fn(lib):
+    m, tanh, sin = _cf(lib)
+    fs = [lambda a, w: tanh(a @ w), lambda a, w: sin(a) @ w, lambda a, w: a @ w * 3.0]
+    return lambda x, w: m.switch((x[0, 0] > 0) * 1 + (x[1, 0] > 0) * 1, fs, x, w)
+
+
+def _scan_fn(lib):
+    m, tanh, _ = _cf(lib)
+
+    def f(x, w):
+        def step(h, row):
+            h = tanh(h @ w[:2, :] + row[:2] * 0.5)
+            return h, h.sum() * row[2]
+
+        return m.scan(step, x[0, :2] * 0.0 + 0.1, x)
+
+    return f
+
+
+def _while_fn(lib):
+    m, _, sin = _cf(lib)
+    # float carry (forward mode only, as in JAX) and an integer trip counter
+    return lambda x: m.while_loop(
+        lambda c: c[1] < 3, lambda c: (sin(c[0]) * 1.5 + x, c[1] + 1), (x, 0)
+    )[0]
+
+
+def _remat_fn(lib):
+    if lib is nx:
+        return nx.checkpoint(lambda x, w: nx.tanh(x @ w) * nx.sin(x @ w))
+    return jax.checkpoint(lambda x, w: jnp.tanh(x @ w) * jnp.sin(x @ w))
+
+
+_XW = cases_of(lambda dt, r: [A(r, (3, 4), dt), A(r, (4, 2), dt)])
+spec("cond", _cond_fn(nx), _cond_fn(jax), _XW, F32_ONLY, ["cond"])
+spec("switch", _switch_fn(nx), _switch_fn(jax), _XW, F32_ONLY, ["cond"])
+spec("scan", _scan_fn(nx), _scan_fn(jax), _XW, F32_ONLY, ["scan"])
+spec(
+    "while_loop",
+    _while_fn(nx),
+    _while_fn(jax),
+    unary(shapes=((3,), (2, 2))),
+    F32_ONLY,
+    ["while_loop"],
+)
+spec("checkpoint", _remat_fn(nx), _remat_fn(jax), _XW, F32_ONLY, ["checkpoint"])
+
 spec(
     "astype",
     nx.astype,

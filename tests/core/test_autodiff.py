@@ -134,6 +134,8 @@ _MAX_CASES = 3
 # Primitives whose derivative is whatever the user defined (not the reference's): their specs check
 # values only; a dedicated test below checks the derivative (see _CHECKED_HERE).
 _USER_DEFINED = {"custom_vjp_call"}
+# Forward mode only, as in JAX: reverse mode raises a clear error (checked below).
+_FORWARD_ONLY = {"while_loop"}
 
 
 def _ref_outputs(spec, case):
@@ -203,6 +205,8 @@ def test_derivatives_match_jax(spec, case):
         out, pull = jax.vjp(f_ref, *primals)
         return out, pull(cts), jax.jvp(f_ref, primals, tans)[1]
 
+    if spec.prims & _FORWARD_ONLY:
+        return _check_forward_only(spec, f_nx, f_ref, primals, tans)
     reference = jax.jit(reference) if spec.lazy else reference  # one compile, not one per op
     out_ref, ct_ref, t_ref = reference(tuple(primals), cts, tans)
     out, pull = nx.vjp(f_nx, *[nx.tensor(p) for p in primals])
@@ -222,6 +226,17 @@ def test_derivatives_match_jax(spec, case):
     for k, (t, w) in enumerate(zip(t_got, t_ref)):
         _check(t.numpy(), w, spec, f"nx.jvp tangent of output {k}")
     _check_plan_replay(f_nx, primals, cts, ct_got)
+
+
+def _check_forward_only(spec, f_nx, f_ref, primals, tans):
+    out_ref, t_ref = jax.jvp(f_ref, tuple(primals), tans)
+    out, t_got = nx.jvp(f_nx, tuple(nx.tensor(p) for p in primals), tuple(map(nx.tensor, tans)))
+    for o, t, r, w in zip(out, t_got, out_ref, t_ref):
+        _check(o.numpy(), r, spec, "nx.jvp primal output")
+        _check(t.numpy(), w, spec, "nx.jvp tangent output")
+    _, pull = nx.vjp(f_nx, *[nx.tensor(p) for p in primals])
+    with pytest.raises(ValueError, match=r"nx\.while_loop: reverse-mode.*fori_loop.*nx\.scan"):
+        pull(tuple(nx.ones_like(o) for o in out))
 
 
 def _pending_structure(tensors):

@@ -68,13 +68,17 @@ def test_array_primitives_live_in_prims():
         n: p.module for n, p in REGISTRY.items() if not p.module.startswith("nablax.core.prims.")
     }
     assert outside == {
+        "checkpoint": "nablax.core.transforms.control_flow",
+        "cond": "nablax.core.transforms.control_flow",
         "custom_vjp_call": "nablax.core.transforms.custom",
         "decr_batch_dims": "nablax.core.transforms.vmap",
         "incr_batch_dims": "nablax.core.transforms.vmap",
         "kernel_call": "nablax.core.ops.kernel_call",
+        "scan": "nablax.core.transforms.control_flow",
         "shard_map_call": "nablax.core.transforms.shard_map",
         "sharding_constraint": "nablax.core.sharding",
         "trace_input": "nablax.core.transforms.trace",
+        "while_loop": "nablax.core.transforms.control_flow",
     }
 
 

@@ -60,7 +60,8 @@ def _batched_read(t, what: str):
     raise ConcretizationError(
         f"nx.vmap: cannot {what} a tensor inside a vmapped function: it has a different value "
         f"for each example (per-example shape {t.shape}, batch {t._impl.batch_shape}). Fix: use "
-        f"nx.where(cond, a, b) to choose per example instead of Python if/while, and read values "
+        f"nx.where(cond, a, b) or nx.cond to choose per example instead of a Python if, "
+        f"nx.while_loop instead of a Python while, and read values "
         f"after nx.vmap returns"
     )
 

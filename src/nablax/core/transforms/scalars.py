@@ -100,7 +100,8 @@ class ScalarArg:
             f"traces Python int/float/bool arguments as values, like jax.jit, so they have no "
             f"concrete value while {self.fn} is traced. Fix: mark it static with {self.fix}, "
             f"which traces and compiles once per value, or keep the decision in the graph "
-            f"(nx.where(cond, a, b) instead of a Python if; sizes from tensors' shapes)"
+            f"(nx.cond / nx.where(cond, a, b) instead of a Python if, nx.while_loop instead of a "
+            f"Python while; sizes from tensors' shapes)"
         )
 
 

@@ -85,7 +85,9 @@ def _check_no_placeholder(nodes) -> None:
         raise first.error("read the value of", origins)
     raise GraphBreakError(
         f"nx.compile: the traced function needs a concrete value at {_user_frame()}. "
-        f"Fix: keep values lazy inside the function (use nx.where instead of Python if, "
+        f"Fix: keep values lazy inside the function (nx.cond / nx.switch instead of a Python "
+        f"if, nx.while_loop / nx.fori_loop / nx.scan instead of a Python while, nx.where for "
+        f"element-wise choices; "
         f"return tensors instead of calling .item()), or use fullgraph=False to run this "
         f"signature eagerly"
     )
