@@ -20,6 +20,7 @@ so the body stays logical and the batched tensor is an ordinary batched input of
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +35,13 @@ from ..tensor import Tensor
 from .subprogram import Body, Stage
 
 _MAX_RESTAGE = 4
+
+
+class _Staging(threading.local):
+    depth = 0  # control-flow bodies being staged by this thread
+
+
+STAGING = _Staging()
 
 
 def fname(f) -> str:
@@ -70,6 +78,10 @@ class Staged:
         """``(refs, batch shapes)`` of every node input, the body's scalars last."""
         lits = [Literal(v, d) for v, d in self.body.lits]
         return self.refs + lits, self.bshapes + [()] * len(lits)
+
+    def in_avals(self) -> list:
+        """Logical ``(shape, dtype)`` of every node input (the placeholders', then scalars)."""
+        return [i.aval for i in self.body.ins] + [((), d) for _, d in self.body.lits]
 
 
 def _bshape_of(ref) -> tuple:
@@ -135,6 +147,7 @@ def _batched_roots(refs, lo: int) -> list:
 def _stage_once(f, operands, make_args, what, prepare, avals, swapped):
     saved_depths = (CTX.vmap_depth, CTX.vjp_depth)
     CTX.vmap_depth = CTX.vjp_depth = 0  # the body is logical: no vmap encloses it
+    STAGING.depth += 1
     try:
         with Stage() as st:
             avals = avals or [(t.shape, t.dtype) for t in operands]
@@ -158,6 +171,7 @@ def _stage_once(f, operands, make_args, what, prepare, avals, swapped):
             captured = list(st.captured)
     finally:
         CTX.vmap_depth, CTX.vjp_depth = saved_depths
+        STAGING.depth -= 1
     n_op = len(operands)
     refs = [t._impl.ref for t in operands] + list(swapped) + captured
     bshapes = [t._impl.batch_shape for t in operands]
@@ -191,6 +205,15 @@ def common_bshape(bshapes) -> tuple:
             elif out[k] == 1:
                 out[k] = d
     return tuple(out)
+
+
+def needs_residuals(refs) -> bool:
+    """Whether a control-flow node on ``refs`` belongs to a differentiation trace that nablax's
+    backward pass will walk (inside another control-flow body, JAX differentiates the whole
+    lowering instead)."""
+    if STAGING.depth:
+        return False
+    return any(type(r) is Var and r[0].trace is not None for r in refs)
 
 
 def add_node(prim, params: tuple, refs: list, bshapes: list, out_avals) -> list[Tensor]:

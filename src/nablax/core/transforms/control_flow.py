@@ -38,7 +38,8 @@ from ... import tree as _tree
 from ..primitive import primitive
 from ..prims._rules import derived_from_jax, is_float_tensor
 from ..tensor import Tensor
-from .cf_stage import Staged, add_node, as_tensor, fname, stage
+from .cf_residuals import Residuals, residuals_for, vjp_from_residuals, with_residuals
+from .cf_stage import Staged, add_node, as_tensor, fname, needs_residuals, stage
 from .subprogram import Body
 
 # ---- the primitives ----------------------------------------------------------------------------
@@ -91,6 +92,8 @@ def _rules(kind: str, reverse: bool = True):
                         "(nx.jvp, nx.jacfwd)"
                     )
                 check(params, "vjp")
+            if isinstance(params[-1], Residuals):  # built with its residuals
+                return vjp_from_residuals(params, cts, primals, outs)
             return base["vjp"](params, cts, primals, outs)
 
         def jvp(params, tangents, primals, outs):
@@ -111,8 +114,20 @@ def _split(xs, counts):
     return out
 
 
+def _node(prim, base: tuple, refs, bshapes, in_avals, out_avals) -> list:
+    """Add a scan/cond node (``base`` parameters); under a differentiation trace it also
+    outputs the residuals its backward pass needs (cf_residuals.py), which are not returned."""
+    res = residuals_for(prim, base + (None,), in_avals) if needs_residuals(refs) else None
+    avals = list(out_avals) + (list(res.avals) if res is not None else [])
+    return add_node(prim, base + (res,), refs, bshapes, avals)[: len(out_avals)]
+
+
+def _res_avals(params) -> tuple:
+    return params[-1].avals if params[-1] is not None else ()
+
+
 def _cond_lower(params, index, *xs):
-    bodies, counts = params
+    bodies, counts = params[:2]
     segs = _split(xs, counts)
     if index.dtype == jnp.bool_:
         index = index.astype(jnp.int32)
@@ -122,11 +137,12 @@ def _cond_lower(params, index, *xs):
 
 cond_p = primitive(
     "cond",
-    lambda params, *avals: tuple(params[0][0].out_avals),
-    _cond_lower,
+    lambda params, *avals: tuple(params[0][0].out_avals) + _res_avals(params),
+    with_residuals(_cond_lower),
     rules=_rules("cond"),
     multiple_results=True,
-    doc="One nx.cond / nx.switch call: the index, then each branch's inputs (lax.switch).",
+    doc="One nx.cond / nx.switch call: the index, then each branch's inputs (lax.switch); "
+    "under a differentiation trace, residual outputs follow.",
 )
 
 
@@ -150,11 +166,12 @@ while_p = primitive(
 
 def _scan_abstract(params, *avals):
     b, nc, _, length = params[:4]
-    return tuple(b.out_avals[:nc]) + tuple(((length,) + tuple(s), d) for s, d in b.out_avals[nc:])
+    ys = tuple(((length,) + tuple(s), d) for s, d in b.out_avals[nc:])
+    return tuple(b.out_avals[:nc]) + ys + _res_avals(params)
 
 
 def _scan_lower(params, *xs):
-    b, nc, nxs, length, reverse, unroll = params
+    b, nc, nxs, length, reverse, unroll = params[:6]
     consts = tuple(xs[nc + nxs :])
 
     def step(c, x):
@@ -168,10 +185,11 @@ def _scan_lower(params, *xs):
 scan_p = primitive(
     "scan",
     _scan_abstract,
-    _scan_lower,
+    with_residuals(_scan_lower),
     rules=_rules("scan"),
     multiple_results=True,
-    doc="One nx.scan / nx.fori_loop call: the carry, the scanned xs, then the body's inputs.",
+    doc="One nx.scan / nx.fori_loop call: the carry, the scanned xs, then the body's inputs; "
+    "under a differentiation trace, residual outputs follow.",
 )
 
 
@@ -270,13 +288,15 @@ def _branches(index: Tensor, fns: Sequence[Callable], labels, operands, what: st
                     f"Fix: make every branch return the same shapes and dtypes"
                 )
     refs, bshapes, counts = [index._impl.ref], [index._impl.batch_shape], []
+    in_avals = [(index.shape, index.dtype)]
     for s in staged:
         r, b = s.inputs()
         refs += r
         bshapes += b
         counts.append(len(r))
-    params = (tuple(s.body for s in staged), tuple(counts))
-    outs = add_node(cond_p, params, refs, bshapes, first.out_avals)
+        in_avals += s.in_avals()
+    base = (tuple(s.body for s in staged), tuple(counts))
+    outs = _node(cond_p, base, refs, bshapes, in_avals, first.out_avals)
     return _tree.unflatten(first.out_def, outs)
 
 
@@ -487,7 +507,8 @@ def _scan(f, init, xs, length, reverse, unroll, what: str, user):
 
     s = stage(f, init_t + xs_t, make, what, prepare=prepare, avals=c_avals + x_avals)
     refs, bshapes = s.inputs()
-    params = (s.body, nc, len(xs_t), length, bool(reverse), unroll)
-    outs = add_node(scan_p, params, refs, bshapes, _scan_abstract(params))
+    base = (s.body, nc, len(xs_t), length, bool(reverse), unroll)
+    in_avals = [(t.shape, t.dtype) for t in init_t + xs_t] + s.in_avals()[nc + len(xs_t) :]
+    outs = _node(scan_p, base, refs, bshapes, in_avals, _scan_abstract(base + (None,)))
     carry = _tree.unflatten(init_def, outs[:nc])
     return carry, _tree.unflatten(y_def_box[0], outs[nc:])
