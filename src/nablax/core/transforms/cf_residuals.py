@@ -20,21 +20,20 @@ second-order derivatives differentiate through it.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import _caches
 from ...errors import NablaxError
 from ..ops.creation import zeros_like
 from ..primitive import Primitive
 from ..prims._rules import cast_like, derived_from_jax, is_float_tensor
 from .cf_stage import add_node
 
-_CACHE_SIZE = 256
-_cache: OrderedDict = OrderedDict()
+# (primitive, parameters, input avals, differentiated inputs) -> Residuals
+_cache = _caches.Cache("control_flow.residuals", 256)
 
 
 class Residuals:
@@ -61,15 +60,24 @@ class Residuals:
         return f"Residuals({len(self.avals)} arrays)"
 
 
-def _forward(lower, params, xs, dtypes):
-    """``(outputs, vjp function)`` of ``lower`` with respect to all its inputs. JAX's choice of
-    residuals depends on which primals are constants (a scalar the enclosing program baked in)
-    and which are the same object (one value read twice); an optimization barrier makes every
-    input a distinct traced value, so the residuals depend only on the inputs' avals, as
+def _forward(lower, params, xs, dtypes, diff_in):
+    """``(outputs, vjp function)`` of ``lower`` with respect to the inputs ``diff_in``. JAX's
+    choice of residuals depends on which values are constants (a scalar the enclosing program
+    baked in) and which are the same object (one value read twice); an optimization barrier makes
+    every input a distinct traced value, so the residuals depend only on the inputs' avals, as
     :func:`residuals_for` assumes."""
     xs = [v if isinstance(v, jax.Array) else jnp.asarray(v, d) for v, d in zip(xs, dtypes)]
-    xs = lax.optimization_barrier(tuple(xs))
-    return jax.vjp(lambda *a: tuple(lower(params, *a)), *xs)
+    # one barrier per input: a joint one would tie their tangents (a constant's symbolic zero
+    # would become a real zero under an enclosing jax.jvp: NaN through pow's exponent rule)
+    xs = [lax.optimization_barrier(v) for v in xs]
+
+    def f(*d):
+        full = list(xs)
+        for i, v in zip(diff_in, d):
+            full[i] = v
+        return tuple(lower(params, *full))
+
+    return jax.vjp(f, *[xs[i] for i in diff_in])
 
 
 def with_residuals(lower):
@@ -80,7 +88,7 @@ def with_residuals(lower):
         res = params[-1]
         if res is None:
             return lower(params, *xs)
-        outs, pull = _forward(lower, params, xs, res.in_dtypes)
+        outs, pull = _forward(lower, params, xs, res.in_dtypes, res.diff_in)
         leaves = jax.tree_util.tree_leaves(pull)
         got = tuple((tuple(v.shape), np.dtype(v.dtype)) for v in leaves)
         if got != res.avals:  # never expected: the backward node would misread them
@@ -94,16 +102,18 @@ def with_residuals(lower):
     return lowering
 
 
-def residuals_for(prim, params: tuple, in_avals: list) -> Residuals | None:
+def residuals_for(prim, params: tuple, in_avals: list, constant: list) -> Residuals | None:
     """The :class:`Residuals` a node of ``prim`` with ``params`` (last one None) and logical
-    input avals needs, or None when no input is floating point."""
-    diff_in = tuple(i for i, (_, d) in enumerate(in_avals) if _is_float(d))
+    input avals needs, or None when no input is differentiable (floating point, and not a
+    ``constant``: the Python numbers of its bodies, which have no derivative)."""
+    diff_in = tuple(
+        i for i, ((_, d), c) in enumerate(zip(in_avals, constant)) if _is_float(d) and not c
+    )
     if not diff_in:
         return None
     key = (prim.name, params, tuple(in_avals), diff_in)
     hit = _cache.get(key)
     if hit is not None:
-        _cache.move_to_end(key)
         return hit
     structs = [jax.ShapeDtypeStruct(tuple(s), np.dtype(d)) for s, d in in_avals]
     box: list = []
@@ -111,7 +121,7 @@ def residuals_for(prim, params: tuple, in_avals: list) -> Residuals | None:
     in_dtypes = tuple(np.dtype(d) for _, d in in_avals)
 
     def probe(*xs):
-        outs, pull = _forward(prim.lower, params, xs, in_dtypes)
+        outs, pull = _forward(prim.lower, params, xs, in_dtypes, diff_in)
         leaves, treedef = jax.tree_util.tree_flatten(pull)
         box.append(treedef)
         return outs, leaves
@@ -120,9 +130,7 @@ def residuals_for(prim, params: tuple, in_avals: list) -> Residuals | None:
     avals = tuple((tuple(v.shape), np.dtype(v.dtype)) for v in leaves)
     out_float = tuple(_is_float(o.dtype) for o in outs)
     res = Residuals(diff_in, in_dtypes, avals, len(outs), out_float, box[0])
-    _cache[key] = res
-    if len(_cache) > _CACHE_SIZE:
-        _cache.popitem(last=False)
+    _cache.put(key, res)
     return res
 
 
@@ -142,8 +150,7 @@ def _pull_lower(params, *xs):
         next(given) if fl else np.zeros(shape, jax.dtypes.float0)
         for fl, (shape, _) in zip(res.out_float, out_avals)
     )
-    grads = pull(cts)
-    return tuple(grads[i] for i in res.diff_in)
+    return tuple(pull(cts))
 
 
 cf_pullback_p = Primitive(
@@ -157,10 +164,14 @@ cf_pullback_p = Primitive(
 )
 
 
-def vjp_from_residuals(params, cts, primals, outs) -> list:
-    """The vjp rule of a node built with residuals (``params[-1]``)."""
+def vjp_from_residuals(params, cts, primals, outs) -> list | None:
+    """The vjp rule of a node built with residuals (``params[-1]``); None when cotangents reach
+    the residuals themselves (a second-order pass through the ``cf_pullback`` node), which the
+    caller then differentiates with JAX's derivative of the whole lowering."""
     res = params[-1]
     n_out = res.n_out
+    if any(c is not None for c in cts[n_out:]):
+        return None
     result = [None] * len(primals)
     if all(c is None for c in cts[:n_out]):
         return result

@@ -35,6 +35,7 @@ import numpy as np
 from jax import lax
 
 from ... import tree as _tree
+from ..graph import Literal
 from ..primitive import primitive
 from ..prims._rules import derived_from_jax, is_float_tensor
 from ..tensor import Tensor
@@ -93,7 +94,9 @@ def _rules(kind: str, reverse: bool = True):
                     )
                 check(params, "vjp")
             if isinstance(params[-1], Residuals):  # built with its residuals
-                return vjp_from_residuals(params, cts, primals, outs)
+                got = vjp_from_residuals(params, cts, primals, outs)
+                if got is not None:
+                    return got
             return base["vjp"](params, cts, primals, outs)
 
         def jvp(params, tangents, primals, outs):
@@ -117,7 +120,10 @@ def _split(xs, counts):
 def _node(prim, base: tuple, refs, bshapes, in_avals, out_avals) -> list:
     """Add a scan/cond node (``base`` parameters); under a differentiation trace it also
     outputs the residuals its backward pass needs (cf_residuals.py), which are not returned."""
-    res = residuals_for(prim, base + (None,), in_avals) if needs_residuals(refs) else None
+    res = None
+    if needs_residuals(refs):
+        constant = [type(r) is Literal and r.is_scalar for r in refs]
+        res = residuals_for(prim, base + (None,), in_avals, constant)
     avals = list(out_avals) + (list(res.avals) if res is not None else [])
     return add_node(prim, base + (res,), refs, bshapes, avals)[: len(out_avals)]
 
