@@ -296,9 +296,9 @@ def _branches(index: Tensor, fns: Sequence[Callable], labels, operands, what: st
     refs, bshapes, counts = [index._impl.ref], [index._impl.batch_shape], []
     in_avals = [(index.shape, index.dtype)]
     for s in staged:
-        r, b = s.inputs()
+        r, rb = s.inputs()
         refs += r
-        bshapes += b
+        bshapes += rb
         counts.append(len(r))
         in_avals += s.in_avals()
     base = (tuple(s.body for s in staged), tuple(counts))
