@@ -30,9 +30,9 @@ from ... import tree as _tree
 from ...errors import ConcretizationError, GraphBreakError
 from ..build import make_node
 from ..context import CTX
-from ..graph import Literal, Var, _next_seq, deeper
+from ..graph import Literal, Var, _next_seq
 from ..tensor import Tensor
-from .subprogram import Body, Stage
+from .subprogram import Body, Stage, common_batch, depth_and_trace
 
 _MAX_RESTAGE = 4
 
@@ -196,17 +196,6 @@ def _renamed(e: Exception, what: str, f) -> Exception:
     )
 
 
-def common_bshape(bshapes) -> tuple:
-    out: list = []
-    for b in bshapes:
-        for k, d in enumerate(b):
-            if k == len(out):
-                out.append(d)
-            elif out[k] == 1:
-                out[k] = d
-    return tuple(out)
-
-
 def needs_residuals(refs) -> bool:
     """Whether a control-flow node on ``refs`` belongs to a differentiation trace that nablax's
     backward pass will walk (inside another control-flow body, JAX differentiates the whole
@@ -218,15 +207,8 @@ def needs_residuals(refs) -> bool:
 
 def add_node(prim, params: tuple, refs: list, bshapes: list, out_avals) -> list[Tensor]:
     """Add one control-flow node (inputs ``refs``, with their batch shapes) to the graph."""
-    depth, trace = 0, None
-    for r in refs:
-        if type(r) is Var:
-            m = r[0]
-            if m.depth > depth:
-                depth = m.depth
-            if m.trace is not None:
-                trace = deeper(trace, m.trace)
-    out_b = common_bshape(bshapes)
+    depth, trace = depth_and_trace(refs)
+    out_b = common_batch(bshapes)
     bdims = (tuple(len(b) for b in bshapes), out_b) if out_b else None
     impls = make_node(prim, params, tuple(refs), depth + 1, tuple(out_avals), trace, bdims)
     return [Tensor._wrap(i) for i in impls]

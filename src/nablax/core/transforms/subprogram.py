@@ -23,6 +23,7 @@ from ..graph import (
     Node,
     Var,
     _next_seq,
+    deeper,
     encode,
     end_trace,
     run_steps,
@@ -258,7 +259,23 @@ class _Captures:
         return [i.marker for i in self.made]
 
 
-def _common_batch(shapes) -> tuple:
+def depth_and_trace(refs) -> tuple:
+    """``(depth, trace)`` of a node on ``refs``: its inputs' deepest depth and differentiation
+    trace (the node's own depth is one more)."""
+    depth, trace = 0, None
+    for r in refs:
+        if type(r) is Var:
+            m = r[0]
+            if m.depth > depth:
+                depth = m.depth
+            if m.trace is not None:
+                trace = deeper(trace, m.trace)
+    return depth, trace
+
+
+def common_batch(shapes) -> tuple:
+    """The batch shape of values with batch shapes ``shapes`` (aligned at the front; a size-1
+    axis stretches)."""
     out: list = []
     for b in shapes:
         for k, d in enumerate(b):
@@ -275,7 +292,7 @@ def _make_body(ins, order, out_refs, outs, mesh, out_specs) -> Body:
     b.outs = out_refs
     b.out_avals = tuple((t.shape, t.dtype) for t in outs)
     bshapes = [t._impl.batch_shape for t in outs]
-    b.out_bshape = _common_batch(bshapes)
+    b.out_bshape = common_batch(bshapes)
     b.out_bds = tuple(len(s) for s in bshapes)
     slot = {i.ph: k for k, i in enumerate(b.ins)}
     steps, n, ext = encode(order, slot, len(b.ins))
