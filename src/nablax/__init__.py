@@ -9,6 +9,7 @@
 from . import _caches, errors, random, tree
 from ._caches import CacheReport, CacheStats
 from ._config import config
+from ._io import block_until_ready, load, save
 from .core import realize as _realize_mod
 from .core.dtypes import (
     bfloat16,
