@@ -733,3 +733,18 @@ def test_shard_map_with_scan_values_and_grad():
     _close(sharded(W, U, b, h0, xs), want[0], "value")
     _close(nx.grad(sharded, argnums=(0, 1, 2, 3, 4))(W, U, b, h0, xs), want[1], "grad")
     _close(nx.grad(f, argnums=(0, 4))(W, U, b, h0, xs), (want[1][0], want[1][4]), "unsharded")
+
+
+def test_custom_vjp_inside_a_body_is_not_differentiated_silently():
+    """JAX's derivative of the lowering would skip the user's bwd: a clear error instead, also
+    for a custom_vjp function in a cond nested in a scan."""
+    f = nx.custom_vjp(lambda x: x * 2)
+    f.defvjp(lambda x: (x * 2, None), lambda r, g: (g * 3,))
+
+    def nested(x):
+        step = lambda c, v: (nx.cond(v > 0, f, lambda u: u, c) + v, c)  # noqa: E731
+        return nx.scan(step, x, nx.ones(2))[0]
+
+    assert nested(nx.tensor(1.0)).item() == 7.0  # values are fine: (1 * 2 + 1) * 2 + 1
+    with pytest.raises(NotImplementedError, match=r"nx.scan: differentiating through the custom"):
+        nx.grad(nested)(nx.tensor(1.0))

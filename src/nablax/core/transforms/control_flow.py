@@ -53,9 +53,7 @@ def _custom_inside(bodies) -> str | None:
         for step in b.steps:
             if step[0].name == "custom_vjp_call":
                 return fname(step[1][2].obj.fn.fun)
-            inner = [p for p in step[1] if isinstance(p, Body)]
-            inner += [q for p in step[1] if isinstance(p, tuple) for q in p if isinstance(q, Body)]
-            found = _custom_inside(inner)
+            found = _custom_inside(_bodies(step[1]))
             if found:
                 return found
     return None
