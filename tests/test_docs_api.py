@@ -48,6 +48,8 @@ ALIASES = {
     "library": "nablax.kernels.library",
     "xcs": "nablax.xcs",
     "loopback": "nablax.xcs.loopback",
+    "nn": "nablax.nn",
+    "optim": "nablax.optim",
 }
 COVERED = (
     "nablax",
@@ -58,6 +60,8 @@ COVERED = (
     "nablax.kernels.library",
     "nablax.xcs",
     "nablax.xcs.loopback",
+    "nablax.nn",
+    "nablax.nn.functional",
 )
 _SPAN = re.compile(r"`([^`]+)`")
 _DASH = re.compile(r" —( |$)")

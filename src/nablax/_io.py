@@ -59,6 +59,28 @@ def block_until_ready(tree: Any) -> Any:
 # ---- the tree's structure as JSON -----------------------------------------------------------------
 
 
+def _stored_fields(obj: Any) -> tuple[list[str], Any]:
+    """The fields of dataclass ``obj`` a checkpoint stores, and ``rebuild({name: value})``.
+
+    A dataclass registered as a pytree stores its children only: static fields (a module's sizes
+    and activation function) are structure, restored from ``like=``, and the object is rebuilt
+    the way transforms rebuild it (its ``__init__``, which may draw random weights, is not
+    called). An unregistered dataclass stores every field and is rebuilt with
+    ``dataclasses.replace``.
+    """
+    flat, treedef = jax.tree_util.tree_flatten_with_path(obj, is_leaf=lambda x: x is not obj)
+    if len(flat) == 1 and flat[0][0] == ():  # not a pytree node: JAX sees one leaf
+        names = [f.name for f in dataclasses.fields(obj)]
+        return names, lambda vals: dataclasses.replace(obj, **vals)
+    names = [getattr(p[0], "name", None) for p, _ in flat]
+    if None in names or not all(hasattr(obj, n) for n in names):
+        raise TypeError(
+            f"nx.save: {type(obj).__name__} is a pytree whose children are not its fields; "
+            f"checkpoints store dataclasses whose children are named fields"
+        )
+    return names, lambda vals: jax.tree_util.tree_unflatten(treedef, [vals[n] for n in names])
+
+
 def _encode(node: Any, path: str, arrays: dict) -> Any:
     """JSON of ``node``; array leaves go to ``arrays`` under their path."""
     if isinstance(node, (Tensor, jax.Array, np.ndarray)):
@@ -97,7 +119,7 @@ def _encode(node: Any, path: str, arrays: dict) -> Any:
         kids = [_encode(v, f"{path}[{k}]", arrays) for k, v in enumerate(node)]
         return {"t": type(node).__name__, "items": kids}
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        names = [f.name for f in dataclasses.fields(node)]
+        names = _stored_fields(node)[0]
         kids = [_encode(getattr(node, n), f"{path}.{n}", arrays) for n in names]
         return {"t": "dataclass", "cls": type(node).__qualname__, "fields": names, "items": kids}
     raise TypeError(
@@ -303,10 +325,10 @@ def _restore_like(got: Any, like: Any, path: str, file: str) -> Any:
             )
         return got
     if dataclasses.is_dataclass(like) and not isinstance(like, type):
-        names = [f.name for f in dataclasses.fields(like)]
+        names, rebuild = _stored_fields(like)
         _check_keys(got, names, where, file, type(like).__name__)
         vals = {n: _restore_like(got[n], getattr(like, n), f"{path}.{n}", file) for n in names}
-        return dataclasses.replace(like, **vals)
+        return rebuild(vals)
     if isinstance(like, tuple) and hasattr(like, "_fields"):
         _check_keys(got, list(like._fields), where, file, type(like).__name__)
         return type(like)(

@@ -576,6 +576,76 @@ spec(
 )
 spec("checkpoint", _remat_fn(nx), _remat_fn(jax), _XW, F32_ONLY, ["checkpoint"])
 
+# ---- windowed ops: conv and pooling (nn.functional, PyTorch's arguments; lax as the reference) --
+
+
+def _conv_ref(x, w, stride=1, padding=0, dilation=1, groups=1):
+    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
+    pads = [(p, p) for p in pair(padding)]
+    return jax.lax.conv_general_dilated(
+        x, w, pair(stride), pads, rhs_dilation=pair(dilation), feature_group_count=groups
+    )
+
+
+def _pool_ref(kind):
+    def ref(x, kernel_size, stride=None, padding=0):
+        pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)
+        k, p = pair(kernel_size), pair(padding)
+        s = k if stride is None else pair(stride)
+        pads = ((0, 0), (0, 0)) + tuple((q, q) for q in p)
+        if kind == "max":
+            init, op = -jnp.inf, jax.lax.max
+        else:
+            init, op = 0.0, jax.lax.add
+        y = jax.lax.reduce_window(x, np.array(init, x.dtype), op, (1, 1) + k, (1, 1) + s, pads)
+        return y if kind == "max" else y / (k[0] * k[1])
+
+    return ref
+
+
+_F = nx.nn.functional
+spec(
+    "conv2d",
+    _F.conv2d,
+    _conv_ref,
+    cases_of(
+        lambda dt, r: [A(r, (2, 3, 6, 5), dt), A(r, (4, 3, 3, 3), dt)],
+        (
+            lambda dt, r: [A(r, (1, 4, 7, 7), dt), A(r, (6, 2, 3, 2), dt)],
+            {"stride": 2, "padding": (1, 2), "groups": 2},
+        ),
+        (
+            lambda dt, r: [A(r, (2, 2, 8, 8), dt), A(r, (3, 2, 2, 2), dt)],
+            {"dilation": 2, "padding": 1},
+        ),
+    ),
+    FLOATS,
+    ["conv"],
+    tol_scale=4.0,
+)
+spec(
+    "max_pool2d",
+    _F.max_pool2d,
+    _pool_ref("max"),
+    cases_of(
+        lambda dt, r: [A(r, (2, 3, 6, 6), dt), Static(2)],
+        (lambda dt, r: [A(r, (1, 2, 7, 5), dt), Static(3)], {"stride": 2, "padding": 1}),
+    ),
+    FLOATS,
+    ["reduce_window"],
+)
+spec(
+    "avg_pool2d",
+    _F.avg_pool2d,
+    _pool_ref("sum"),
+    cases_of(
+        lambda dt, r: [A(r, (2, 3, 6, 6), dt), Static(2)],
+        (lambda dt, r: [A(r, (1, 2, 7, 5), dt), Static((3, 2))], {"stride": (2, 1), "padding": 1}),
+    ),
+    FLOATS,
+    ["reduce_window"],
+)
+
 spec(
     "astype",
     nx.astype,

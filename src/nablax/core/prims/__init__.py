@@ -1,6 +1,7 @@
 """The primitives: nablax's equivalent of ``jax.lax``.
 
-One module per family (elementwise, shape, reduce, index, linalg, random, creation). Each declares
+One module per family (elementwise, shape, reduce, index, linalg, random, creation,
+window). Each declares
 its primitives as records (core/primitive.py) holding every rule (shape/dtype, lowering, jvp, vjp,
 batching, sharding) in one place, together with the builder functions that bind them. The
 NumPy-style composites (``mean``, ``softmax``, ``take_along_axis``, ...) live above, in
@@ -18,4 +19,5 @@ from . import (  # noqa: F401
     random,
     reduce,
     shape,
+    window,
 )

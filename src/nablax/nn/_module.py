@@ -1,0 +1,208 @@
+"""``Module``: frozen dataclasses that are pytrees (equinox-style).
+
+Subclassing ``Module`` makes the class a dataclass whose fields are either *children* (tensors,
+sub-modules, lists and dicts of them: the leaves transforms see, so ``nx.grad(loss)(model, ...)``
+returns a gradient of the model's type) or *static* configuration (``field(static=True)``: sizes,
+strides, activation functions), kept in the pytree's structure so ``nx.compile`` specializes on
+them. Instances are frozen once ``__init__`` returns; ``replace`` makes a changed copy.
+
+Rebuilding a module from its leaves (what every transform does) never calls ``__init__``, so an
+initializer that draws random weights runs only when the user constructs the module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any
+
+import jax
+
+from ..core.tensor import Tensor
+from ..errors import NablaxError
+
+_STATIC = "nablax.static"
+
+
+def field(*, static: bool = False, **kwargs: Any) -> Any:
+    """A dataclass field of a ``Module``; ``static=True`` marks configuration, not a child.
+
+    >>> import nablax as nx
+    >>> from nablax import nn
+    >>> class Scale(nn.Module):
+    ...     factor: float = nn.field(static=True)
+    ...     def __call__(self, x):
+    ...         return x * self.factor
+    >>> Scale(3.0)(nx.ones(2)).tolist()
+    [3.0, 3.0]
+    """
+    metadata = dict(kwargs.pop("metadata", None) or {})
+    metadata[_STATIC] = static
+    return dataclasses.field(metadata=metadata, **kwargs)
+
+
+class FrozenModuleError(NablaxError, AttributeError):
+    """A field of a constructed module was assigned; modules are immutable pytrees."""
+
+
+class _ModuleMeta(type):
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        obj = cls.__new__(cls)
+        object.__setattr__(obj, "_nx_initializing", True)
+        try:
+            obj.__init__(*args, **kwargs)
+        finally:
+            object.__delattr__(obj, "_nx_initializing")
+        missing = [f.name for f in dataclasses.fields(obj) if f.name not in obj.__dict__]
+        if missing:
+            raise TypeError(
+                f"{cls.__name__}.__init__ did not set the field(s) {', '.join(missing)}; "
+                f"assign every field (self.{missing[0]} = ...) in __init__"
+            )
+        return obj
+
+
+class Module(metaclass=_ModuleMeta):
+    """Base class of layers and models: a frozen dataclass registered as a pytree.
+
+    Declare fields with annotations; write ``__init__`` to build them (assigning ``self.x = ...``
+    is allowed until it returns) or let the dataclass write it. Mark configuration with
+    ``nn.field(static=True)``.
+
+    >>> import nablax as nx
+    >>> from nablax import nn
+    >>> class Affine(nn.Module):
+    ...     w: nx.Tensor
+    ...     b: nx.Tensor
+    ...     def __call__(self, x):
+    ...         return x * self.w + self.b
+    >>> m = Affine(nx.tensor([2.0]), nx.tensor([1.0]))
+    >>> g = nx.grad(lambda m, x: m(x).sum())(m, nx.tensor([3.0]))
+    >>> type(g).__name__, g.w.tolist(), g.b.tolist()
+    ('Affine', [3.0], [1.0])
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        dataclasses.dataclass(eq=False, repr=False)(cls)
+        # the metaclass's __call__(*args, **kwargs) would hide __init__'s parameters from
+        # inspect.signature (help(), IDEs, docs)
+        init = inspect.signature(cls.__init__)
+        cls.__signature__ = init.replace(parameters=list(init.parameters.values())[1:])
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        children = tuple(f.name for f in fields if not f.metadata.get(_STATIC, False))
+        static = tuple(f.name for f in fields if f.metadata.get(_STATIC, False))
+        keys = tuple(jax.tree_util.GetAttrKey(n) for n in children)
+
+        def flatten_with_keys(m):
+            d = m.__dict__
+            return [(k, d[n]) for k, n in zip(keys, children)], tuple(d[n] for n in static)
+
+        def flatten(m):
+            d = m.__dict__
+            return [d[n] for n in children], tuple(d[n] for n in static)
+
+        def unflatten(aux, leaves):
+            m = object.__new__(cls)
+            d = m.__dict__
+            d.update(zip(children, leaves))
+            d.update(zip(static, aux))
+            return m
+
+        jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_nx_initializing"):
+            object.__setattr__(self, name, value)
+            return
+        raise FrozenModuleError(
+            f"{type(self).__name__}.{name}: modules are immutable pytrees; make a changed copy "
+            f"with model.replace({name}=...)"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenModuleError(f"{type(self).__name__}.{name}: modules are immutable")
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with some fields changed (``dataclasses.replace`` without calling ``__init__``).
+
+        >>> from nablax import nn
+        >>> lin = nn.Linear(2, 3, key=nx.random.key(0))
+        >>> lin.replace(bias=None).bias is None
+        True
+        """
+        names = {f.name for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}.replace: no field named {unknown[0]!r}; "
+                f"fields are {', '.join(sorted(names))}"
+            )
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
+
+    def __repr__(self) -> str:
+        return _format(self, 0)
+
+
+# ---- printing ----------------------------------------------------------------------------------
+
+_SHORT = {
+    "float32": "f32",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "int32": "i32",
+    "int8": "i8",
+    "int16": "i16",
+    "uint8": "u8",
+    "uint32": "u32",
+    "bool": "bool",
+    "complex64": "c64",
+}
+
+
+def _leaf(v: Any) -> str:
+    if isinstance(v, Tensor) or (hasattr(v, "shape") and hasattr(v, "dtype")):
+        dt = str(v.dtype)
+        return f"{_SHORT.get(dt, dt)}[{','.join(str(d) for d in v.shape)}]"
+    if callable(v) and hasattr(v, "__name__"):
+        return v.__name__
+    return repr(v)
+
+
+def _is_default(f: dataclasses.Field, value: Any) -> bool:
+    """A static field still at its declared default is left out of the printout."""
+    if not f.metadata.get(_STATIC) or f.default is dataclasses.MISSING:
+        return False
+    try:
+        return bool(value == f.default)
+    except Exception:  # noqa: BLE001 - a value that does not compare is printed
+        return False
+
+
+def _format(v: Any, indent: int) -> str:
+    pad = "  " * (indent + 1)
+    if isinstance(v, Module):
+        parts = [
+            (f.name, v.__dict__[f.name])
+            for f in dataclasses.fields(v)  # type: ignore[arg-type]
+            if not _is_default(f, v.__dict__[f.name])
+        ]
+        items = [f"{n}={_format(x, indent + 1)}" for n, x in parts]
+        head = type(v).__name__
+    elif isinstance(v, (list, tuple)) and any(isinstance(x, Module) for x in v):
+        items = [_format(x, indent + 1) for x in v]
+        head = ""
+        open_, close = ("[", "]") if isinstance(v, list) else ("(", ")")
+        return open_ + "\n" + "".join(f"{pad}{i},\n" for i in items) + "  " * indent + close
+    elif isinstance(v, dict) and any(isinstance(x, Module) for x in v.values()):
+        items = [f"{k!r}: {_format(x, indent + 1)}" for k, x in v.items()]
+        return "{\n" + "".join(f"{pad}{i},\n" for i in items) + "  " * indent + "}"
+    else:
+        return _leaf(v)
+    one_line = f"{head}({', '.join(items)})"
+    if "\n" not in one_line and len(one_line) + 2 * indent <= 100:
+        return one_line
+    return head + "(\n" + "".join(f"{pad}{i},\n" for i in items) + "  " * indent + ")"
