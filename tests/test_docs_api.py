@@ -62,6 +62,7 @@ COVERED = (
     "nablax.xcs.loopback",
     "nablax.nn",
     "nablax.nn.functional",
+    "nablax.optim",
 )
 _SPAN = re.compile(r"`([^`]+)`")
 _DASH = re.compile(r" —( |$)")

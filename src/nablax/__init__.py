@@ -6,7 +6,7 @@
 58.0
 """
 
-from . import _caches, errors, nn, random, tree
+from . import _caches, errors, nn, optim, random, tree
 from ._caches import CacheReport, CacheStats
 from ._config import config
 from ._io import block_until_ready, load, save

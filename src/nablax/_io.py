@@ -177,14 +177,14 @@ _STORABLE = {
 
 def _to_storable(a: np.ndarray) -> tuple[np.ndarray, str | None]:
     """``(array safetensors can hold, original dtype name or None)``."""
-    if a.dtype in _STORABLE:
-        return np.ascontiguousarray(a), None
+    if a.dtype in _STORABLE:  # (ascontiguousarray makes a 0-d array 1-d: reshape it back)
+        return np.ascontiguousarray(a).reshape(a.shape), None
     if a.dtype.kind == "c":  # complex: (..., 2) float pairs
         real = np.float32 if a.dtype == np.complex64 else np.float64
         return np.ascontiguousarray(a).view(real).reshape(a.shape + (2,)), a.dtype.name
     # bfloat16 and the other ml_dtypes: their raw bits as unsigned integers of the same width
     bits = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
-    return np.ascontiguousarray(a).view(bits), a.dtype.name
+    return np.ascontiguousarray(a).view(bits).reshape(a.shape), a.dtype.name
 
 
 def _from_storable(a: np.ndarray, name: str | None) -> np.ndarray:

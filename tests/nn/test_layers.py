@@ -273,3 +273,15 @@ def test_static_fields_are_structure_not_data(tmp_path):
     assert back.activation is nx.tanh and back.layers[1].in_features == 4
     x = nx.ones((1, 3))
     np.testing.assert_array_equal(back(x).numpy(), mlp(x).numpy())
+
+
+def test_vmap_builds_and_runs_an_ensemble():
+    # building modules inside nx.vmap (one per key) stacks their weights, as equinox's filter_vmap
+    keys = nx.random.split(nx.random.key(0), 4)
+    ens = nx.vmap(lambda k: nn.MLP([3, 5, 2], key=k))(keys)
+    assert ens.layers[0].weight.shape == (4, 5, 3)
+    x = nx.tensor(_x(8, 6, 3))
+    out = nx.vmap(lambda m: m(x))(ens).numpy()
+    for i in range(4):
+        single = nn.MLP([3, 5, 2], key=keys[i])
+        np.testing.assert_allclose(out[i], single(x).numpy(), rtol=1e-6, atol=1e-6)

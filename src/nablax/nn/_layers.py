@@ -32,7 +32,8 @@ def _uniform(key, shape: tuple, bound: float, dtype) -> Tensor:
 def _keys(key, n: int) -> list:
     if key is None:
         return [None] * n
-    return list(_random.split(key, n))
+    ks = _random.split(key, n)
+    return [ks[i] for i in range(n)]  # indexing, not iteration: stays lazy (and works under vmap)
 
 
 def _positive(cls: str, **sizes: Any) -> None:

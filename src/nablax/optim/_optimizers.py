@@ -1,0 +1,157 @@
+"""The optimizers: torch.optim's defaults and formulas, as chains of the building blocks.
+
+``lr`` is first and positional, a float >= 0 or a schedule (a callable ``count -> lr``, evaluated
+on the number of updates done before this one: 0 on the first). Bad hyper-parameters raise the
+``ValueError`` torch raises, naming the optimizer, the argument and the accepted range.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import op_error
+from ._base import GradientTransformation, api_name, check_lr, check_range, make_chain
+from ._transforms import (
+    _add_decayed_weights,
+    _scale_by_adagrad,
+    _scale_by_adam,
+    _scale_by_learning_rate,
+    _scale_by_rmsprop,
+    _trace,
+    check_betas,
+)
+
+
+def sgd(lr: Any = 0.001, momentum: float = 0.0, nesterov: bool = False) -> GradientTransformation:
+    """Stochastic gradient descent, as ``torch.optim.SGD`` (no dampening, no weight decay):
+    ``buf = momentum * buf + g`` (the first buffer is ``g``), the step is ``-lr * buf``, or
+    ``-lr * (g + momentum * buf)`` with ``nesterov=True``. ``momentum=0`` keeps no state tensors.
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> params = {"w": nx.tensor([1.0, 2.0])}
+    >>> opt = optim.sgd(0.1, momentum=0.9)
+    >>> state = opt.init(params)
+    >>> for _ in range(2):
+    ...     updates, state = opt.update({"w": nx.ones(2)}, state, params)
+    ...     params = optim.apply_updates(params, updates)
+    >>> [round(v, 6) for v in params["w"].tolist()]
+    [0.71, 1.71]
+    """
+    api = api_name("sgd")
+    lr = check_lr(api, lr)
+    momentum = check_range(api, "momentum", momentum, 0.0)
+    if nesterov and momentum <= 0:
+        raise op_error(
+            ValueError,
+            api,
+            "nesterov=True needs a momentum > 0 (Nesterov momentum requires a momentum)",
+            "pass momentum=0.9 (say) or nesterov=False",
+        )
+    parts = [_trace(momentum, bool(nesterov), api)] if momentum > 0 else []
+    return make_chain((*parts, _scale_by_learning_rate(lr, api)), api)
+
+
+def adam(
+    lr: Any = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-08
+) -> GradientTransformation:
+    """Adam, as ``torch.optim.Adam``: bias-corrected moments and
+    ``step = -lr * m_hat / (sqrt(v_hat) + eps)`` (``eps`` added after the square root).
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> params = {"w": nx.zeros(2), "b": nx.zeros(())}
+    >>> opt = optim.adam(0.1)
+    >>> state = opt.init(params)
+    >>> grads = {"w": nx.tensor([1.0, -2.0]), "b": nx.tensor(0.5)}
+    >>> updates, state = opt.update(grads, state, params)
+    >>> [round(v, 5) for v in optim.apply_updates(params, updates)["w"].tolist()]
+    [-0.1, 0.1]
+    """
+    api = api_name("adam")
+    lr = check_lr(api, lr)
+    b1, b2, eps = check_betas(api, b1, b2, eps)
+    return make_chain((_scale_by_adam(b1, b2, eps, api), _scale_by_learning_rate(lr, api)), api)
+
+
+def adamw(
+    lr: Any = 0.001,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-08,
+    weight_decay: float = 0.01,
+) -> GradientTransformation:
+    """AdamW, as ``torch.optim.AdamW``: Adam's step plus the decoupled decay
+    ``-lr * weight_decay * params``; ``update`` needs ``params``.
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> params = {"w": nx.ones(2)}
+    >>> opt = optim.adamw(0.1, weight_decay=0.5)
+    >>> updates, _ = opt.update({"w": nx.zeros(2)}, opt.init(params), params)
+    >>> [round(v, 5) for v in optim.apply_updates(params, updates)["w"].tolist()]
+    [0.95, 0.95]
+    """
+    api = api_name("adamw")
+    lr = check_lr(api, lr)
+    b1, b2, eps = check_betas(api, b1, b2, eps)
+    weight_decay = check_range(api, "weight_decay", weight_decay, 0.0)
+    return make_chain(
+        (
+            _scale_by_adam(b1, b2, eps, api),
+            _add_decayed_weights(weight_decay, api),
+            _scale_by_learning_rate(lr, api),
+        ),
+        api,
+    )
+
+
+def rmsprop(
+    lr: Any = 0.01,
+    alpha: float = 0.99,
+    eps: float = 1e-08,
+    momentum: float = 0.0,
+    centered: bool = False,
+) -> GradientTransformation:
+    """RMSprop, as ``torch.optim.RMSprop``: ``v = alpha * v + (1 - alpha) * g**2``, the direction
+    ``g / (sqrt(v) + eps)`` (``eps`` outside the square root; ``centered=True`` subtracts the
+    squared running mean of ``g`` from ``v`` first), with optional momentum on that direction.
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> params = {"w": nx.zeros(2)}
+    >>> opt = optim.rmsprop(0.01, alpha=0.75)
+    >>> updates, state = opt.update({"w": nx.tensor([1.0, -1.0])}, opt.init(params), params)
+    >>> [round(u, 5) for u in updates["w"].tolist()]
+    [-0.02, 0.02]
+    """
+    api = api_name("rmsprop")
+    lr = check_lr(api, lr)
+    alpha = check_range(api, "alpha", alpha, 0.0)
+    eps = check_range(api, "eps", eps, 0.0)
+    momentum = check_range(api, "momentum", momentum, 0.0)
+    parts = [_scale_by_rmsprop(alpha, eps, bool(centered), api)]
+    if momentum > 0:
+        parts.append(_trace(momentum, False, api))
+    return make_chain((*parts, _scale_by_learning_rate(lr, api)), api)
+
+
+def adagrad(
+    lr: Any = 0.01, initial_accumulator_value: float = 0.0, eps: float = 1e-10
+) -> GradientTransformation:
+    """Adagrad, as ``torch.optim.Adagrad`` (no lr decay): ``s = s + g**2`` starting at
+    ``initial_accumulator_value``, step ``-lr * g / (sqrt(s) + eps)``.
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> params = {"w": nx.zeros(1)}
+    >>> opt = optim.adagrad(0.5, initial_accumulator_value=3.0)
+    >>> updates, state = opt.update({"w": nx.ones(1)}, opt.init(params), params)
+    >>> round(updates["w"].item(), 5), state[0].sum_of_squares["w"].tolist()
+    (-0.25, [4.0])
+    """
+    api = api_name("adagrad")
+    lr = check_lr(api, lr)
+    initial = check_range(api, "initial_accumulator_value", initial_accumulator_value, 0.0)
+    eps = check_range(api, "eps", eps, 0.0)
+    return make_chain((_scale_by_adagrad(initial, eps, api), _scale_by_learning_rate(lr, api)), api)

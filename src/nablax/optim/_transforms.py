@@ -1,0 +1,389 @@
+"""The building blocks of the optimizers: scaling, moments, momentum, weight decay and clipping.
+
+Each public factory is a thin wrapper over a private one that takes the public name (``api``) to
+put in its errors, so ``optim.adam(...)``'s update names ``optim.adam`` even though the work is
+done by its ``scale_by_adam`` stage. The formulas are torch.optim's (``eps`` added after the
+square root, moments starting at zero, bias correction from the step count), written as lazy
+nablax ops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from .. import tree as _tree
+from ..core import dtypes as _dtypes
+from ..core.ops import creation as _cr
+from ..core.ops import elementwise as _ew
+from ..core.ops import reduce as _red
+from ..core.tensor import Tensor
+from ..errors import op_error
+from ._base import (
+    EmptyState,
+    GradientTransformation,
+    api_name,
+    as_float,
+    check_lr,
+    check_number,
+    check_range,
+    check_state,
+    check_tree,
+    increment,
+    like,
+    need_params,
+    zero_count,
+)
+
+
+class ScaleByScheduleState(NamedTuple):
+    """``count``: the number of updates done (an int32 0-d tensor)."""
+
+    count: Tensor  # type: ignore[assignment]  # optax's name; hides tuple.count
+
+
+class ScaleByAdamState(NamedTuple):
+    """``count``: updates done (int32 0-d tensor); ``mu``/``nu``: the first and second moments,
+    trees shaped like the params."""
+
+    count: Tensor  # type: ignore[assignment]
+    mu: Any
+    nu: Any
+
+
+class TraceState(NamedTuple):
+    """``trace``: the momentum buffer, a tree shaped like the params."""
+
+    trace: Any
+
+
+class RmspropState(NamedTuple):
+    """``nu``: the running average of squared gradients; ``mu``: of gradients (``centered=True``
+    only, else ``None``)."""
+
+    nu: Any
+    mu: Any
+
+
+class AdagradState(NamedTuple):
+    """``sum_of_squares``: the accumulated squared gradients, shaped like the params."""
+
+    sum_of_squares: Any
+
+
+def _zeros(params: Any) -> Any:
+    return _tree.map(_cr.zeros_like, params)
+
+
+# ---- scaling ------------------------------------------------------------------------------------
+
+
+def _scale(step_size: Any, api: str) -> GradientTransformation:
+    def init(params: Any) -> EmptyState:
+        return EmptyState()
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, EmptyState]:
+        check_state(api, state, EmptyState)
+        if params is not None:
+            check_tree(api, updates, "grads", params, "params")
+        return _tree.map(lambda u: u * like(step_size, u), updates), state
+
+    return GradientTransformation(init, update)
+
+
+def scale(step_size: float) -> GradientTransformation:
+    """Multiply every update by ``step_size``.
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> opt = optim.scale(-0.5)
+    >>> opt.update({"w": nx.ones(2)}, opt.init(None))[0]["w"].tolist()
+    [-0.5, -0.5]
+    """
+    api = api_name("scale")
+    if not isinstance(step_size, Tensor):
+        step_size = check_number(api, "step_size", step_size)
+    return _scale(step_size, api)
+
+
+def _schedule_value(value: Any) -> Any:
+    if isinstance(value, (Tensor, int, float)) and not isinstance(value, bool):
+        return value
+    return _cr.asarray(value, dtype=_dtypes.float32)  # a NumPy scalar or a jax.Array
+
+
+def _scale_by_schedule(step_size_fn: Callable, api: str) -> GradientTransformation:
+    def init(params: Any) -> ScaleByScheduleState:
+        return ScaleByScheduleState(zero_count())
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, ScaleByScheduleState]:
+        check_state(api, state, ScaleByScheduleState)
+        if params is not None:
+            check_tree(api, updates, "grads", params, "params")
+        count = increment(state.count)
+        # evaluated at ``count - 1`` (== state.count) so the new counter is part of the update's
+        # graph: reading only the loss then computes it with the update (nablax realizes the
+        # pending work connected to what is read), instead of leaving a counter chain that grows
+        # by one node per step and changes the graph, hence recompiles, every step
+        s = _schedule_value(step_size_fn(count - 1))
+        updates = _tree.map(lambda u: u * like(s, u), updates)
+        return updates, ScaleByScheduleState(count)
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_schedule(step_size_fn: Callable) -> GradientTransformation:
+    """Multiply every update by ``step_size_fn(count)``, ``count`` being the number of updates
+    done before this one (an int32 0-d tensor: write the function with nablax ops, or use the
+    schedules of this module).
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> opt = optim.scale_by_schedule(lambda count: 1.0 / (count + 1))
+    >>> state = opt.init({"w": nx.zeros(1)})
+    >>> for _ in range(3):
+    ...     updates, state = opt.update({"w": nx.ones(1)}, state)
+    >>> round(updates["w"].item(), 6), state.count.item()
+    (0.333333, 3)
+    """
+    api = api_name("scale_by_schedule")
+    if not callable(step_size_fn) or isinstance(step_size_fn, Tensor):
+        raise _not_callable(api, "step_size_fn", step_size_fn)
+    return _scale_by_schedule(step_size_fn, api)
+
+
+def _not_callable(api: str, arg: str, value: Any) -> Exception:
+    return op_error(
+        TypeError,
+        api,
+        f"{arg} is a {type(value).__name__}, not a callable count -> value",
+        "pass a schedule such as optim.cosine_decay_schedule(1e-3, 1000)",
+    )
+
+
+def _scale_by_learning_rate(lr: Any, api: str, flip_sign: bool = True) -> GradientTransformation:
+    sign = -1.0 if flip_sign else 1.0
+    if callable(lr) and not isinstance(lr, Tensor):
+        return _scale_by_schedule(lambda count: sign * _schedule_value(lr(count)), api)
+    return _scale(sign * lr, api)
+
+
+def scale_by_learning_rate(learning_rate: Any, *, flip_sign: bool = True) -> GradientTransformation:
+    """Multiply updates by ``-learning_rate`` (``flip_sign=False``: by ``+learning_rate``), a
+    float or a schedule evaluated on the number of updates done before this one.
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> opt = optim.scale_by_learning_rate(0.25)
+    >>> opt.update({"w": nx.ones(2)}, opt.init(None))[0]["w"].tolist()
+    [-0.25, -0.25]
+    """
+    api = api_name("scale_by_learning_rate")
+    return _scale_by_learning_rate(check_lr(api, learning_rate), api, bool(flip_sign))
+
+
+# ---- moments ------------------------------------------------------------------------------------
+
+
+def _one_minus_pow(b: float, t: Tensor) -> Tensor:
+    """``1 - b**t`` as ``-expm1(t * log(b))``: float32 ``1 - 0.999**1`` loses five digits to
+    cancellation (torch computes it in float64); this form keeps float32 precision."""
+    log_b = math.log(b) if b > 0 else -math.inf
+    return -_ew.expm1(t * log_b)
+
+
+def _scale_by_adam(b1: float, b2: float, eps: float, api: str) -> GradientTransformation:
+    def init(params: Any) -> ScaleByAdamState:
+        return ScaleByAdamState(zero_count(), _zeros(params), _zeros(params))
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, ScaleByAdamState]:
+        check_state(api, state, ScaleByAdamState)
+        check_tree(api, updates, "grads", state.mu, "state.mu")
+        mu = _tree.map(lambda g, m: b1 * m + (1 - b1) * g, updates, state.mu)
+        nu = _tree.map(lambda g, v: b2 * v + (1 - b2) * (g * g), updates, state.nu)
+        count = increment(state.count)
+        t = as_float(count)
+        bc1 = _one_minus_pow(b1, t)
+        bc2_sqrt = _ew.sqrt(_one_minus_pow(b2, t))
+
+        def direction(m: Any, v: Any) -> Any:  # torch: (m / bc1) / (sqrt(v) / sqrt(bc2) + eps)
+            return (m / like(bc1, m)) / (_ew.sqrt(v) / like(bc2_sqrt, v) + eps)
+
+        return _tree.map(direction, mu, nu), ScaleByAdamState(count, mu, nu)
+
+    return GradientTransformation(init, update)
+
+
+def check_betas(api: str, b1: Any, b2: Any, eps: Any) -> tuple[float, float, float]:
+    return (
+        check_range(api, "b1", b1, 0.0, 1.0, high_open=True),
+        check_range(api, "b2", b2, 0.0, 1.0, high_open=True),
+        check_range(api, "eps", eps, 0.0),
+    )
+
+
+def scale_by_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-08) -> GradientTransformation:
+    """Adam's direction, without the learning rate: ``m_hat / (sqrt(v_hat) + eps)`` with
+    bias-corrected moments (torch's formula, ``eps`` outside the square root).
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> opt = optim.scale_by_adam()
+    >>> updates, state = opt.update({"w": nx.tensor([2.0, -3.0])}, opt.init({"w": nx.zeros(2)}))
+    >>> [round(u, 5) for u in updates["w"].tolist()], state.count.item()
+    ([1.0, -1.0], 1)
+    """
+    api = api_name("scale_by_adam")
+    return _scale_by_adam(*check_betas(api, b1, b2, eps), api)
+
+
+def _scale_by_rmsprop(alpha: float, eps: float, centered: bool, api: str) -> GradientTransformation:
+    def init(params: Any) -> RmspropState:
+        return RmspropState(_zeros(params), _zeros(params) if centered else None)
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, RmspropState]:
+        check_state(api, state, RmspropState)
+        check_tree(api, updates, "grads", state.nu, "state.nu")
+        nu = _tree.map(lambda g, v: alpha * v + (1 - alpha) * (g * g), updates, state.nu)
+        if centered:
+            mu = _tree.map(lambda g, m: alpha * m + (1 - alpha) * g, updates, state.mu)
+            # max(., 0): rounding can make E[g^2] - E[g]^2 slightly negative (torch gives NaN)
+            var = _tree.map(lambda v, m: _ew.maximum(v - m * m, 0.0), nu, mu)
+        else:
+            mu, var = None, nu
+        out = _tree.map(lambda g, v: g / (_ew.sqrt(v) + eps), updates, var)
+        return out, RmspropState(nu, mu)
+
+    return GradientTransformation(init, update)
+
+
+def _scale_by_adagrad(initial: float, eps: float, api: str) -> GradientTransformation:
+    def init(params: Any) -> AdagradState:
+        return AdagradState(_tree.map(lambda p: _cr.full_like(p, initial), params))
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, AdagradState]:
+        check_state(api, state, AdagradState)
+        check_tree(api, updates, "grads", state.sum_of_squares, "state.sum_of_squares")
+        acc = _tree.map(lambda g, s: s + g * g, updates, state.sum_of_squares)
+        out = _tree.map(lambda g, s: g / (_ew.sqrt(s) + eps), updates, acc)
+        return out, AdagradState(acc)
+
+    return GradientTransformation(init, update)
+
+
+# ---- momentum and weight decay ------------------------------------------------------------------
+
+
+def _trace(decay: float, nesterov: bool, api: str) -> GradientTransformation:
+    def init(params: Any) -> TraceState:
+        return TraceState(_zeros(params))
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, TraceState]:
+        check_state(api, state, TraceState)
+        check_tree(api, updates, "grads", state.trace, "state.trace")
+        # a zero buffer makes the first step's buffer the gradient itself, as torch's SGD
+        buf = _tree.map(lambda g, t: g + decay * t, updates, state.trace)
+        out = _tree.map(lambda g, t: g + decay * t, updates, buf) if nesterov else buf
+        return out, TraceState(buf)
+
+    return GradientTransformation(init, update)
+
+
+def trace(decay: float, nesterov: bool = False) -> GradientTransformation:
+    """Momentum: ``buf = decay * buf + g``; the update is ``buf``, or ``g + decay * buf`` with
+    ``nesterov=True`` (torch's SGD momentum without dampening).
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> opt = optim.trace(0.5)
+    >>> state = opt.init({"w": nx.zeros(1)})
+    >>> for _ in range(3):
+    ...     updates, state = opt.update({"w": nx.ones(1)}, state)
+    >>> updates["w"].tolist()
+    [1.75]
+    """
+    api = api_name("trace")
+    return _trace(check_range(api, "decay", decay, 0.0), bool(nesterov), api)
+
+
+def _add_decayed_weights(weight_decay: float, api: str) -> GradientTransformation:
+    def init(params: Any) -> EmptyState:
+        return EmptyState()
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, EmptyState]:
+        check_state(api, state, EmptyState)
+        need_params(api, params)
+        check_tree(api, updates, "grads", params, "params")
+        return _tree.map(lambda u, p: u + weight_decay * p, updates, params), state
+
+    return GradientTransformation(init, update)
+
+
+def add_decayed_weights(weight_decay: float = 0.0) -> GradientTransformation:
+    """Add ``weight_decay * params`` to the updates (decoupled weight decay when it comes after
+    the optimizer's direction, as in ``adamw``); ``update`` needs ``params``.
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> opt = optim.add_decayed_weights(0.1)
+    >>> p = {"w": nx.full((2,), 10.0)}
+    >>> opt.update({"w": nx.ones(2)}, opt.init(p), p)[0]["w"].tolist()
+    [2.0, 2.0]
+    """
+    api = api_name("add_decayed_weights")
+    return _add_decayed_weights(check_range(api, "weight_decay", weight_decay, 0.0), api)
+
+
+# ---- clipping -----------------------------------------------------------------------------------
+
+
+def global_norm(tree: Any) -> Tensor:
+    """The L2 norm of all leaves of ``tree`` together (float32; a 0-d tensor, lazy).
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> optim.global_norm({"a": nx.tensor([3.0]), "b": [nx.tensor([[4.0]]), None]}).item()
+    5.0
+    """
+    total: Any = None
+    for leaf in _tree.leaves(tree):
+        x = leaf if isinstance(leaf, Tensor) else _cr.asarray(leaf)
+        if _dtypes.is_floating(x.dtype) and x.dtype.itemsize < 4:
+            x = _ew.astype(x, _dtypes.float32)  # no float16 overflow in the squares
+        s = _red.sum(x * x)
+        total = s if total is None else total + s
+    if total is None:
+        return _cr.zeros((), dtype=_dtypes.float32)
+    return _ew.sqrt(total)
+
+
+def clip_by_global_norm(max_norm: float) -> GradientTransformation:
+    """Scale the updates by ``max_norm / global_norm(updates)`` when that norm exceeds
+    ``max_norm`` (optax's formula; decided lazily with ``nx.where``, nothing is read).
+
+    >>> import nablax as nx
+    >>> from nablax import optim
+    >>> opt = optim.clip_by_global_norm(1.0)
+    >>> g = {"a": nx.tensor([3.0]), "b": nx.tensor([4.0])}
+    >>> out, _ = opt.update(g, opt.init(g))
+    >>> [round(out["a"].item(), 6), round(out["b"].item(), 6)]
+    [0.6, 0.8]
+    """
+    api = api_name("clip_by_global_norm")
+    max_norm = check_range(api, "max_norm", max_norm, 0.0, low_open=True)
+
+    def init(params: Any) -> EmptyState:
+        return EmptyState()
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, EmptyState]:
+        check_state(api, state, EmptyState)
+        norm = global_norm(updates)
+        small = norm < max_norm
+
+        def clip(t: Any) -> Any:
+            return _ew.where(small, t, (t / like(norm, t)) * max_norm)
+
+        return _tree.map(clip, updates), state
+
+    return GradientTransformation(init, update)
