@@ -175,3 +175,18 @@ def test_block_until_ready_computes_every_leaf():
     assert out is tree
     assert a.is_realized and tree["b"][0].is_realized
     assert tree["b"][0].tolist() == [3.0, 3.0, 3.0]
+
+
+def test_zero_d_tensors_stay_zero_d(tmp_path):
+    # safetensors' contiguous copy of a 0-d array is 1-d: step counters must come back as ()
+    tree = {
+        "count": nx.tensor(3, dtype=nx.int32),
+        "lr": nx.tensor(0.5),
+        "b": nx.zeros((), nx.bfloat16),
+    }
+    nx.save(tmp_path / "s.safetensors", tree)
+    back = nx.load(tmp_path / "s.safetensors", like=tree)
+    assert [(t.shape, t.dtype) for t in back.values()] == [
+        (t.shape, t.dtype) for t in tree.values()
+    ]
+    assert back["count"].item() == 3 and back["lr"].item() == 0.5
