@@ -63,6 +63,7 @@ COVERED = (
     "nablax.nn",
     "nablax.nn.functional",
     "nablax.optim",
+    "nablax.distributed",
 )
 _SPAN = re.compile(r"`([^`]+)`")
 _DASH = re.compile(r" —( |$)")

@@ -164,6 +164,11 @@ from .core.transforms.shard_map import shard_map
 from .core.transforms.vjp import grad, value_and_grad, vjp
 from .core.transforms.vmap import vmap
 
+# isort: split
+# after the core: nablax.distributed imports core.sharding, which needs the ops set up first
+from . import distributed
+from .distributed import process_count, process_index
+
 __version__ = "0.1.0"
 
 

@@ -216,6 +216,28 @@ _register(
 )
 
 
+# --- the multi-process launcher's variables ----------------------------------------------------
+# Not options (nothing to override or describe): `python -m nablax.launch` sets them in each child
+# process and `nx.distributed.initialize()` without arguments reads them.
+
+LAUNCH_VARIABLES = (
+    "NABLAX_COORDINATOR_ADDRESS",
+    "NABLAX_NUM_PROCESSES",
+    "NABLAX_PROCESS_ID",
+    "NABLAX_LOCAL_DEVICE_COUNT",
+)
+
+
+def launch_environment() -> dict[str, str]:
+    """The launcher's variables that are set and not empty, as ``{name: text}``."""
+    return {k: os.environ[k].strip() for k in LAUNCH_VARIABLES if os.environ.get(k, "").strip()}
+
+
+def child_environment(extra: dict[str, str]) -> dict[str, str]:
+    """This process's environment with ``extra`` on top, for a child process."""
+    return {**os.environ, **extra}
+
+
 # --- errors ------------------------------------------------------------------------------------
 
 

@@ -28,10 +28,11 @@ path, because it is computed only when read:
    (core/prims/_shard.py): exactly the plan ``nx.shard_map`` infers for the same ops. ``None`` when
    no leaf is sharded.
 
-Multi-host: the same code runs on several machines after ``jax.distributed.initialize()`` on
-each (one process per host); ``nx.devices()`` then lists every device of the cluster and a mesh
-spans them. This cannot be exercised in the test suite (one machine); tests use 8 virtual CPU
-devices (``XLA_FLAGS=--xla_force_host_platform_device_count=8`` before JAX starts).
+Multi-process: the same code runs in several processes (or hosts) after
+``nx.distributed.initialize()`` in each; ``nx.devices()`` then lists every process's devices and a
+mesh spans them (tests/distributed runs 2 processes x 2 CPU devices through
+``python -m nablax.launch``). Single-process tests use 8 virtual CPU devices
+(``XLA_FLAGS=--xla_force_host_platform_device_count=8`` before JAX starts).
 
 >>> import nablax as nx
 >>> mesh = nx.DeviceMesh((1,), ("dp",))
@@ -363,3 +364,22 @@ def sharding_of(impl) -> ShardingSpec | None:
 
 
 _tensor._sharding_of = sharding_of
+
+
+def _to_local(t):
+    """``Tensor.to_local``: the block of ``t`` this process's devices hold (no communication)."""
+    arr = t.to_jax()
+    if arr.is_fully_addressable:
+        return Tensor._wrap(impl_from_array(arr))
+    shards = arr.addressable_shards
+    bounds = [[s.index[d].indices(n)[:2] for s in shards] for d, n in enumerate(arr.shape)]
+    lo = [min(b[0] for b in bd) for bd in bounds]
+    hi = [max(b[1] for b in bd) for bd in bounds]
+    out = np.empty([h - low for low, h in zip(lo, hi)], dtype=arr.dtype)
+    for s in shards:
+        idx = tuple(
+            slice(sl.indices(n)[0] - low, sl.indices(n)[1] - low)
+            for sl, n, low in zip(s.index, arr.shape, lo)
+        )
+        out[idx] = np.asarray(s.data)
+    return Tensor._wrap(impl_from_array(jax.device_put(out, jax.local_devices()[0])))

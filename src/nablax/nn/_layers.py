@@ -204,7 +204,19 @@ class Dropout(Module):
         return F.dropout(x, self.p, key=key)
 
 
-class MaxPool2d(Module):
+class _Pool2d(Module):
+    """The pooling layers' configuration; ``_fn`` is the ``nn.functional`` form."""
+
+    kernel_size: Any = field(static=True)
+    stride: Any = field(static=True, default=None)
+    padding: Any = field(static=True, default=0)
+    _fn = staticmethod(F.max_pool2d)
+
+    def __call__(self, x) -> Tensor:
+        return type(self)._fn(x, self.kernel_size, self.stride, self.padding)
+
+
+class MaxPool2d(_Pool2d):
     """``nn.functional.max_pool2d`` as a layer.
 
     >>> import nablax as nx
@@ -213,15 +225,10 @@ class MaxPool2d(Module):
     (1, 3, 4, 4)
     """
 
-    kernel_size: Any = field(static=True)
-    stride: Any = field(static=True, default=None)
-    padding: Any = field(static=True, default=0)
-
-    def __call__(self, x) -> Tensor:
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+    _fn = staticmethod(F.max_pool2d)
 
 
-class AvgPool2d(Module):
+class AvgPool2d(_Pool2d):
     """``nn.functional.avg_pool2d`` as a layer.
 
     >>> import nablax as nx
@@ -230,12 +237,7 @@ class AvgPool2d(Module):
     (1, 3, 4, 4)
     """
 
-    kernel_size: Any = field(static=True)
-    stride: Any = field(static=True, default=None)
-    padding: Any = field(static=True, default=0)
-
-    def __call__(self, x) -> Tensor:
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding)
+    _fn = staticmethod(F.avg_pool2d)
 
 
 class Flatten(Module):
