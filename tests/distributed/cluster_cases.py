@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import nablax as nx
-import nablax.distributed  # noqa: F401  (until nablax/__init__.py re-exports it)
 
 nx.distributed.initialize()  # first thing: from the launcher's environment
 

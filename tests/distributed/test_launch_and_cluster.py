@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import nablax as nx
-import nablax.distributed  # noqa: F401  (until nablax/__init__.py re-exports it)
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 CASES = Path(__file__).with_name("cluster_cases.py")
