@@ -383,3 +383,15 @@ def _to_local(t):
         )
         out[idx] = np.asarray(s.data)
     return Tensor._wrap(impl_from_array(jax.device_put(out, jax.local_devices()[0])))
+
+
+def _host_readable(v, what: str):
+    """``v`` if this process holds all of its data; else an error that says how to read it."""
+    if getattr(v, "is_fully_addressable", True) or v.is_fully_replicated:
+        return v
+    n = len({d.process_index for d in v.sharding.device_set})
+    raise RuntimeError(
+        f"{what}: this tensor (shape {tuple(v.shape)}, dtype {v.dtype}) lies on devices of {n} "
+        f"processes and this process holds only part of it. Fix: nx.distributed.gather(x) on "
+        f"every process to read the whole value, or x.to_local() for this process's piece"
+    )

@@ -159,10 +159,10 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """The value as a NumPy array (realizes)."""
-        return np.asarray(_host_readable(self._realized_value(), "Tensor.numpy"))
+        return np.asarray(_sharding._host_readable(self._realized_value(), "Tensor.numpy"))
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        a = np.asarray(_host_readable(self._realized_value(), "Tensor.__array__"))
+        a = np.asarray(_sharding._host_readable(self._realized_value(), "Tensor.__array__"))
         return a if dtype is None else a.astype(dtype)
 
     def item(self) -> Any:
@@ -548,18 +548,6 @@ class Tensor:
         """This process's piece of a tensor sharded over several processes' devices (the whole
         value for a tensor on this process only); no communication."""
         return _sharding._to_local(self)
-
-
-def _host_readable(v, what: str):
-    """``v`` if this process holds all of its data; else an error that says how to read it."""
-    if getattr(v, "is_fully_addressable", True) or v.is_fully_replicated:
-        return v
-    n = len({d.process_index for d in v.sharding.device_set})
-    raise RuntimeError(
-        f"{what}: this tensor (shape {tuple(v.shape)}, dtype {v.dtype}) lies on devices of {n} "
-        f"processes and this process holds only part of it. Fix: nx.distributed.gather(x) on "
-        f"every process to read the whole value, or x.to_local() for this process's piece"
-    )
 
 
 def _no_sharding_rules(impl):
