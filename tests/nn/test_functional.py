@@ -264,3 +264,26 @@ def test_one_hot_and_dropout():
     assert abs((y == 0).mean() - 0.3) < 0.02  # 10,000 draws: 5 standard deviations
     g = nx.grad(lambda x: F.dropout(x, 0.3, key=nx.random.key(0)).sum())(x).numpy()
     np.testing.assert_allclose(g, y)  # the gradient is the same mask and scale
+
+
+def test_linear_and_cross_entropy_graphs_partition_well():
+    """A training step's graph has no gather (cross_entropy picks the target by a mask) and no
+    transpose (linear is one einsum): under a batch split over devices, a gather of (row, class)
+    pairs makes XLA gather the batch onto every device, and a transposed weight gradient costs a
+    strided copy every step (bench/bench_distributed.py measured both: 2x the step)."""
+    from nablax.core.graph import toposort
+
+    x, y = nx.tensor(_rng("g").standard_normal((8, 5)).astype(np.float32)), nx.tensor([1, 0] * 4)
+    w, b = nx.ones((3, 5)), nx.zeros(3)
+    loss, grads = nx.value_and_grad(lambda w, b: F.cross_entropy(F.linear(x, w, b), y), (0, 1))(
+        w, b
+    )
+    roots = [t._impl.src.node for t in (loss, *grads) if t._impl.src is not None]
+    prims = {node.prim.name for node in toposort(roots)}
+    assert roots and "einsum" in prims, prims
+    assert not prims & {"gather", "scatter", "transpose"}, prims
+    tw = torch.ones(3, 5, requires_grad=True)
+    TF.cross_entropy(
+        TF.linear(torch.tensor(x.numpy()), tw), torch.tensor(y.numpy()).long()
+    ).backward()
+    np.testing.assert_allclose(grads[0].numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)

@@ -18,6 +18,7 @@ from ..core import dtypes
 from ..core.ops import creation as _cr
 from ..core.ops import elementwise as _ew
 from ..core.ops import index as _ix
+from ..core.ops import linalg as _la
 from ..core.ops import nn as _nn
 from ..core.ops import random as _random
 from ..core.ops import reduce as _red
@@ -183,8 +184,13 @@ def cross_entropy(
         )
     valid = _ew.not_equal(y, ignore_index)
     safe = _ew.where(valid, y, 0)
-    picked = _ix.take_along_axis(logp, _sh.expand_dims(safe, c_axis), axis=c_axis)
-    nll = -_sh.squeeze(picked, c_axis)
+    # the target's log-probability as a masked sum over the class axis, not a gather: it fuses,
+    # and XLA's SPMD partitioner keeps a split batch split (a gather of (row, class) pairs would
+    # be gathered onto every device)
+    grid = [1] * x.ndim
+    grid[c_axis] = n_cls
+    target = _ew.equal(_sh.expand_dims(safe, c_axis), _cr.iota(dtypes.int32, tuple(grid), c_axis))
+    nll = -_ew.where(target, logp, 0.0).sum(axis=c_axis)
     if label_smoothing:
         smooth = -logp.mean(axis=c_axis)
         nll = nll * (1.0 - label_smoothing) + smooth * label_smoothing
@@ -222,7 +228,13 @@ def linear(input, weight, bias=None) -> Tensor:
     >>> F.linear(nx.ones((1, 2)), nx.ones((3, 2)), nx.zeros(3)).tolist()
     [[2.0, 2.0, 2.0]]
     """
-    y = _t(input) @ _t(weight).T
+    x, w = _t(input), _t(weight)
+    if x.ndim >= 1 and w.ndim == 2:
+        # one einsum, no transpose node: the weight's gradient comes out in (out, in) order
+        # directly (``x @ w.T`` would make XLA copy a transposed gradient every step)
+        y = _la.einsum("...i,oi->...o", x, w) if x.shape[-1:] == w.shape[1:] else x @ w.T
+    else:
+        y = x @ w.T
     return y if bias is None else y + bias
 
 
