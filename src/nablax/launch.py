@@ -13,7 +13,9 @@ with the variables :func:`nablax.distributed.initialize` reads when called witho
   process; leave it out on GPU hosts).
 
 Each line a process writes to stdout or stderr is copied to the launcher's, prefixed with
-``[rank] ``. When a process exits with a non-zero code, the launcher stops the others (SIGTERM to
+``[rank] ``. Each process runs the script as ``python train.py`` would, except that a
+``sys.exit(n)`` with ``n != 0`` ends it at once (without waiting for the other processes at JAX's
+shutdown barrier). When a process exits with a non-zero code, the launcher stops the others (SIGTERM to
 their process groups, then SIGKILL after ``--grace`` seconds) and exits with that code; after
 ``--timeout`` seconds, or on Ctrl-C / SIGTERM, it stops all of them and exits with 124 / 130 /
 143. It exits 0 when every process does. Like ``torchrun --standalone``, for one host.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import runpy
 import signal
 import socket
 import subprocess
@@ -92,6 +95,34 @@ def _stop(procs: list[subprocess.Popen], grace: float) -> None:
         p.wait()
 
 
+# what every rank runs: the script, through _run_rank (``python -c``: sys.argv[1:] is the script
+# and its arguments)
+_RANK_MAIN = "import sys; from nablax.launch import _run_rank; _run_rank(sys.argv[1:])"
+
+
+def _run_rank(argv: list[str]) -> None:
+    """Run the script ``argv[0]`` with arguments ``argv[1:]`` as ``python script.py`` would (as
+    ``__main__``, its directory first on ``sys.path``), except that ``sys.exit(n)`` with a non-zero
+    ``n`` that reaches the top ends the process at once with code ``n``. A normal exit would first
+    wait in JAX's shutdown barrier for the other processes, which may be waiting for this one in a
+    collective: the launcher would not see the failure until a timeout. (Uncaught exceptions end
+    the process at once through the hook ``nx.distributed.initialize`` installs.)"""
+    script = argv[0]
+    sys.argv = list(argv)
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code is None or e.code == 0:
+            raise
+        if not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)  # what Python prints for sys.exit("message")
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(e.code if isinstance(e.code, int) else 1)
+
+
 def _code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode  # killed by signal N: 128 + N
 
@@ -110,7 +141,7 @@ def _start(
         if args.devices_per_proc is not None:
             extra["NABLAX_LOCAL_DEVICE_COUNT"] = str(args.devices_per_proc)
         p = subprocess.Popen(
-            [sys.executable, args.script, *args.args],
+            [sys.executable, "-c", _RANK_MAIN, args.script, *args.args],
             env=_config.child_environment(extra),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -112,7 +112,7 @@ rank = nx.distributed.process_index()
 print("pid", os.getpid(), flush=True)
 if rank == 1:
     time.sleep(1)
-    raise RuntimeError("rank 1 fails")
+    FAIL
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 print("pid", child.pid, flush=True)
 import jax
@@ -127,16 +127,27 @@ def _pids(text: str) -> list[int]:
     return [int(line.split()[-1]) for line in text.splitlines() if " pid " in line]
 
 
-def test_a_failing_rank_stops_the_job_and_leaves_no_orphans(tmp_path):
+@pytest.mark.parametrize(
+    "fail, code, says",
+    [
+        ('raise RuntimeError("rank 1 fails")', 1, "[1] RuntimeError: rank 1 fails"),
+        ('sys.exit("rank 1 exits")', 1, "[1] rank 1 exits"),
+        ("sys.exit(3)", 3, "[launcher] rank 1 exited with code 3"),
+    ],
+    ids=["exception", "exit-message", "exit-code"],
+)
+def test_a_failing_rank_stops_the_job_and_leaves_no_orphans(tmp_path, fail, code, says):
+    """An uncaught exception or a non-zero sys.exit in one rank ends it at once (not after JAX's
+    shutdown barrier), while rank 0 waits for it in a collective; the launcher stops rank 0."""
     script = tmp_path / "failing.py"
-    script.write_text(FAILING)
+    script.write_text(FAILING.replace("FAIL", fail))
     start = time.monotonic()
     r = launch("--nproc", 2, "--timeout", 60, "--grace", 2, script, timeout=75)
-    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.returncode == code, r.stdout + r.stderr
     assert time.monotonic() - start < 50, "the launcher waited for the blocked rank"
-    assert "[launcher] rank 1 exited with code 1" in r.stderr, r.stderr
+    assert f"[launcher] rank 1 exited with code {code}" in r.stderr, r.stderr
     pids = _pids(r.stdout)
-    assert "[1] RuntimeError: rank 1 fails" in r.stderr, r.stderr
+    assert says in r.stdout + r.stderr, r.stdout + r.stderr
     assert len(pids) == 3, r.stdout  # both ranks and rank 0's own child
     time.sleep(0.2)
     assert not [p for p in pids if alive(p)], r.stdout
