@@ -13,7 +13,8 @@ import jax.numpy as jnp
 from ... import _caches
 from ...errors import DTypeError, ShapeError, op_error
 from .. import dtypes
-from ..build import bind
+from ..build import TensorImpl, bind
+from ..graph import Var
 from ..primitive import primitive
 from ..tensor import Tensor, to_impl
 from . import _shard
@@ -21,7 +22,7 @@ from ._batch import _batch_shape, to_full_batch
 from ._rules import cast_like, derived_from_jax, is_float_tensor
 from ._util import broadcast_shapes, is_concrete
 from .elementwise import multiply
-from .shape import broadcast_in_dim_p
+from .shape import broadcast_in_dim_p, transpose_p
 
 _shape_cache = _caches.Cache("ops.einsum_shapes", 4096)
 
@@ -236,6 +237,9 @@ def matmul(a, b) -> Tensor:
         )
     if len(sa) > 2 and len(sb) > 2:
         broadcast_shapes("matmul (batch axes)", sa[:-2], sb[:-2])
+    folded = _fold_transposes(ai, bi, len(sa), len(sb), dt)
+    if folded is not None:
+        return folded
     if len(sa) == 1 and len(sb) == 1:
         spec = "i,i->"
     elif len(sa) == 1:
@@ -245,6 +249,42 @@ def matmul(a, b) -> Tensor:
     else:
         spec = "...ij,...jk->...ik"
     return Tensor._wrap(bind(einsum_p, [ai, bi], (spec, dt))[0])
+
+
+def _untransposed(impl) -> TensorImpl | None:
+    """The 2-D tensor that ``impl`` is the pending, unsharded ``.T`` of, while that tensor is alive;
+    else None."""
+    src = impl.src
+    if src is None or impl.sharding is not None:
+        return None
+    node = src[0]
+    if node.prim is not transpose_p or node.params[0] != (1, 0) or node.bdims is not None:
+        return None
+    inp = node.inputs[0] if node.inputs else None
+    if type(inp) is not Var:
+        return None
+    ref = inp[0].outs[inp[1]]
+    x = ref() if ref is not None else None
+    return x if x is not None and x.src is not None and x.src == inp else None
+
+
+def _fold_transposes(ai, bi, na: int, nb: int, dt) -> Tensor | None:
+    """``a @ w.T`` (and ``w.T @ b`` of 2-D ``b``) as one einsum on ``w`` itself, so the gradient
+    of ``w`` is an einsum in ``w``'s own axis order. Through the transpose node, it would be
+    computed transposed and then copied into ``w``'s order by XLA on every step (measured: the
+    copies doubled a data-parallel MLP step on 4 CPU devices). Only for a transpose whose input is
+    still a node output (a tensor being differentiated or traced); a realized tensor's ``.T`` is
+    folded into the dot by XLA itself."""
+    wb = _untransposed(bi) if nb == 2 else None
+    wa = _untransposed(ai) if na == 2 and nb == 2 else None
+    if wa is None and wb is None:
+        return None
+    if wa is not None:
+        spec = "ji,kj->ik" if wb is not None else "ji,jk->ik"
+    else:
+        spec = "...j,kj->...k"
+    ops = [ai if wa is None else wa, bi if wb is None else wb]
+    return Tensor._wrap(bind(einsum_p, ops, (spec, dt))[0])
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
