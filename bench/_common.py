@@ -135,3 +135,14 @@ def profile(run: Callable[[], None], top: int) -> str:
     stats.sort_stats("tottime").print_stats(top)
     stats.sort_stats("cumulative").print_stats(top)
     return out.getvalue()
+
+
+def jax_mlp_loss(params, x, y):
+    """Softmax cross-entropy of a ReLU MLP in JAX: ``params`` a list of ``(w, b)`` with weights
+    in PyTorch's ``(out, in)`` layout, integer labels ``y`` (the reference of the training benches)."""
+    h = x
+    for w, b in params[:-1]:
+        h = jax.nn.relu(h @ w.T + b)
+    w, b = params[-1]
+    logp = jax.nn.log_softmax(h @ w.T + b, axis=-1)
+    return -jax.numpy.mean(jax.numpy.take_along_axis(logp, y[:, None], axis=1))

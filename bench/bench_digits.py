@@ -73,7 +73,16 @@ from sklearn.datasets import load_digits
 
 import nablax as nx
 import nablax.nn.functional as F
-from _common import environment, load_warning, med_best, profile, threads, time_blocks, verdict
+from _common import (
+    environment,
+    jax_mlp_loss,
+    load_warning,
+    med_best,
+    profile,
+    threads,
+    time_blocks,
+    verdict,
+)
 from _common import fmt as _fmt
 from nablax import nn, optim
 
@@ -222,14 +231,7 @@ class NablaxRunner(Runner):
 # ---- JAX: jax.jit with a hand-written Adam (the reference) ------------------------------------
 
 
-def jax_loss(params, x, y):
-    """The same model and loss in JAX, weights in the ``(out, in)`` layout."""
-    h = x
-    for w, b in params[:-1]:
-        h = jax.nn.relu(h @ w.T + b)
-    w, b = params[-1]
-    logp = jax.nn.log_softmax(h @ w.T + b, axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+jax_loss = jax_mlp_loss  # the same model and loss in JAX, weights (out, in)
 
 
 def make_jax_step():

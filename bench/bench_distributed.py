@@ -61,7 +61,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import nablax as nx
-from _common import environment, fmt, load_warning, time_blocks, xla_cpu_threads
+from _common import environment, fmt, jax_mlp_loss, load_warning, time_blocks, xla_cpu_threads
 
 SIZES = (256, 1024, 1024, 10)
 BATCH = 256  # global rows per step, split over the 4 devices
@@ -101,13 +101,7 @@ def make_batches() -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def jax_loss(params, x, y):
-    h = x
-    for w, b in params[:-1]:
-        h = jax.nn.relu(h @ w.T + b)
-    w, b = params[-1]
-    logp = jax.nn.log_softmax(h @ w.T + b, axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+jax_loss = jax_mlp_loss  # the same model and loss in JAX, weights (out, in)
 
 
 def jax_adam(params, m, v, t, g):
