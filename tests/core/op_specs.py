@@ -646,6 +646,73 @@ spec(
     ["reduce_window"],
 )
 
+
+
+# ---- fused training primitives (core/prims/fused.py): cross-entropy and Adam's update ----------
+
+
+def _cross_entropy_ref(x, y, label_smoothing=0.0, reduction="mean", ignore_index=-100):
+    logp = jax.nn.log_softmax(x, axis=1)
+    valid = y != ignore_index
+    picked = jnp.take_along_axis(logp, jnp.expand_dims(jnp.where(valid, y, 0), 1), axis=1)[:, 0]
+    nll = -picked * (1 - label_smoothing) - label_smoothing * logp.mean(axis=1)
+    nll = jnp.where(valid, nll, 0.0)
+    if reduction == "none":
+        return nll
+    return nll.sum() if reduction == "sum" else nll.sum() / valid.sum().astype(x.dtype)
+
+
+def _labels(shape, n_cls, ignore=True):
+    y = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape) * 7 % n_cls
+    if ignore:
+        y.flat[1] = -100  # an ignored target
+    return y
+
+
+spec(
+    "cross_entropy",
+    _F.cross_entropy,
+    _cross_entropy_ref,
+    cases_of(
+        lambda dt, r: [A(r, (6, 5), dt), _labels((6,), 5)],
+        (lambda dt, r: [A(r, (4, 3), dt), _labels((4,), 3, False)], {"label_smoothing": 0.2}),
+        (lambda dt, r: [A(r, (2, 4, 3), dt), _labels((2, 3), 4)], {"reduction": "none"}),
+        (lambda dt, r: [A(r, (5, 4), dt), _labels((5,), 4)], {"reduction": "sum"}),
+    ),
+    FLOATS,
+    ["cross_entropy"],
+    tol_scale=4.0,
+)
+
+
+def _adam_fn(mod):
+    def f(g, m, v, count):
+        if mod is nx:
+            from nablax.core.prims import fused
+
+            return fused.adam_update(g, m, v, count, 0.9, 0.999, 1e-8)
+        m = 0.9 * m + 0.1 * g
+        v = 0.999 * v + 0.001 * (g * g)
+        t = count.astype(jnp.float32)
+        c1, c2 = 1 - 0.9**t, jnp.sqrt(1 - 0.999**t)
+        return m, v, (m / c1.astype(m.dtype)) / (jnp.sqrt(v) / c2.astype(v.dtype) + 1e-8)
+
+    return f
+
+
+spec(
+    "adam_update",
+    _adam_fn(nx),
+    _adam_fn(jax),
+    cases_of(
+        lambda dt, r: [A(r, (3, 4), dt), A(r, (3, 4), dt), A(r, (3, 4), dt, "pos"), np.array(3, np.int32)],
+        lambda dt, r: [A(r, (), dt), A(r, (), dt), A(r, (), dt, "pos"), np.array(1, np.int32)],
+    ),
+    FLOATS,
+    ["adam_update"],
+    tol_scale=4.0,
+)
+
 spec(
     "astype",
     nx.astype,

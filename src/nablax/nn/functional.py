@@ -23,6 +23,7 @@ from ..core.ops import nn as _nn
 from ..core.ops import random as _random
 from ..core.ops import reduce as _red
 from ..core.ops import shape as _sh
+from ..core.prims import fused as _fused
 from ..core.prims import window as _win
 from ..core.tensor import Tensor, to_impl
 from ..errors import DTypeError, ShapeError, op_error
@@ -163,8 +164,8 @@ def cross_entropy(
         raise op_error(ShapeError, name, "input must have a class axis, got a 0-d tensor")
     c_axis = 0 if x.ndim == 1 else 1
     n_cls = x.shape[c_axis]
-    logp = _nn.log_softmax(x, axis=c_axis)
     if dtypes.is_floating(y.dtype):  # class probabilities
+        logp = _nn.log_softmax(x, axis=c_axis)
         if y.shape != x.shape:
             raise op_error(
                 ShapeError,
@@ -182,21 +183,19 @@ def cross_entropy(
             f"integer targets {y.shape} do not fit input {x.shape}: expected {expected} "
             f"(the input's shape without its class axis {c_axis})",
         )
-    valid = _ew.not_equal(y, ignore_index)
-    safe = _ew.where(valid, y, 0)
-    # the target's log-probability as a masked sum over the class axis, not a gather: it fuses,
-    # and XLA's SPMD partitioner keeps a split batch split (a gather of (row, class) pairs would
-    # be gathered onto every device)
-    grid = [1] * x.ndim
-    grid[c_axis] = n_cls
-    target = _ew.equal(_sh.expand_dims(safe, c_axis), _cr.iota(dtypes.int32, tuple(grid), c_axis))
-    nll = -_ew.where(target, logp, 0.0).sum(axis=c_axis)
-    if label_smoothing:
-        smooth = -logp.mean(axis=c_axis)
-        nll = nll * (1.0 - label_smoothing) + smooth * label_smoothing
-    nll = _ew.where(valid, nll, 0.0)
-    count = valid.astype(nll.dtype).sum() if reduction == "mean" else None
-    return _reduce("cross_entropy", nll, reduction, count)
+    if reduction not in ("mean", "sum", "none"):
+        return _reduce("cross_entropy", x, reduction)  # raises, naming the reductions
+    if not dtypes.is_integer(y.dtype):
+        raise op_error(
+            DTypeError,
+            name,
+            f"target is {y.dtype}: give integer class indices or float class probabilities",
+            "cast it with target.astype(nx.int32)",
+        )
+    # one node (core/prims/fused.py): log-softmax, the target's log-probability as a masked sum
+    # over the class axis (not a gather: it fuses, and a split batch stays split), smoothing,
+    # ignore_index and the reduction
+    return _fused.cross_entropy(x, y, c_axis, ignore_index, label_smoothing, reduction)
 
 
 def mse_loss(input, target, reduction: str = "mean") -> Tensor:

@@ -127,18 +127,21 @@ def check_lr(api: str, lr: Any) -> Any:
 # ---- trees --------------------------------------------------------------------------------------
 
 
-def check_tree(api: str, tree: Any, name: str, ref: Any, ref_name: str) -> None:
+def check_tree(api: str, tree: Any, name: str, ref: Any, ref_name: str) -> tuple[list, Any, list]:
     """Raise ``ValueError`` naming the first path where ``tree`` differs from ``ref`` (missing or
-    extra leaves, another container, or another shape)."""
-    if _tree.structure(tree) == _tree.structure(ref):
+    extra leaves, another container, or another shape); return ``(leaves of tree, its structure,
+    leaves of ref)`` so the caller walks neither tree again."""
+    leaves, treedef = _tree.flatten(tree)
+    ref_leaves, ref_def = _tree.flatten(ref)
+    if treedef == ref_def:
         # the common case, every step: compare shapes without building path strings
         if all(
             getattr(a, "shape", None) == getattr(b, "shape", None)
             or getattr(a, "shape", None) is None
             or getattr(b, "shape", None) is None
-            for a, b in zip(_tree.leaves(tree), _tree.leaves(ref))
+            for a, b in zip(leaves, ref_leaves)
         ):
-            return
+            return leaves, treedef, ref_leaves
         for (path, a), (_, b) in zip(
             _tree.leaves_with_path(tree, name), _tree.leaves_with_path(ref, ref_name)
         ):
@@ -150,7 +153,7 @@ def check_tree(api: str, tree: Any, name: str, ref: Any, ref_name: str) -> None:
                     f"{path} has shape {tuple(sa)} but {ref_name} has shape {tuple(sb)} there",
                     f"pass {name} shaped like the params given to init",
                 )
-        return
+        return leaves, treedef, ref_leaves
     mine = [p for p, _ in _tree.leaves_with_path(tree)]
     theirs = [p for p, _ in _tree.leaves_with_path(ref)]
     missing = [p for p in theirs if p not in set(mine)]
@@ -205,10 +208,6 @@ def zero_count() -> Tensor:
 def increment(count: Tensor) -> Tensor:
     """``count + 1``, saturating at the int32 maximum instead of wrapping to a negative step."""
     return _ew.where(count < _INT32_MAX, count + 1, count)
-
-
-def as_float(count: Tensor) -> Tensor:
-    return _ew.astype(count, _dtypes.float32)
 
 
 def like(scalar: Any, x: Any) -> Any:
@@ -285,13 +284,12 @@ def apply_updates(params: Any, updates: Any) -> Any:
     (True, [1.5, 1.5], None)
     """
     api = api_name("apply_updates")
-    check_tree(api, updates, "updates", params, "params")
-
-    def add(p: Any, u: Any) -> Any:
-        out = p + u
+    ups, treedef, ps = check_tree(api, updates, "updates", params, "params")
+    out = []
+    for p, u in zip(ps, ups):
+        new = p + u
         dtype = getattr(p, "dtype", None)
-        if dtype is not None and out.dtype != dtype:
-            out = _ew.astype(out, dtype)
-        return out
-
-    return _tree.map(add, params, updates)
+        if dtype is not None and new.dtype != dtype:
+            new = _ew.astype(new, dtype)
+        out.append(new)
+    return _tree.unflatten(treedef, out)

@@ -9,7 +9,6 @@ nablax ops.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -18,13 +17,13 @@ from ..core import dtypes as _dtypes
 from ..core.ops import creation as _cr
 from ..core.ops import elementwise as _ew
 from ..core.ops import reduce as _red
+from ..core.prims import fused as _fused
 from ..core.tensor import Tensor
 from ..errors import op_error
 from ._base import (
     EmptyState,
     GradientTransformation,
     api_name,
-    as_float,
     check_lr,
     check_number,
     check_range,
@@ -86,8 +85,10 @@ def _scale(step_size: Any, api: str) -> GradientTransformation:
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, EmptyState]:
         check_state(api, state, EmptyState)
         if params is not None:
-            check_tree(api, updates, "grads", params, "params")
-        return _tree.map(lambda u: u * like(step_size, u), updates), state
+            ups, treedef, _ = check_tree(api, updates, "grads", params, "params")
+        else:
+            ups, treedef = _tree.flatten(updates)
+        return _tree.unflatten(treedef, [u * like(step_size, u) for u in ups]), state
 
     return GradientTransformation(init, update)
 
@@ -186,31 +187,22 @@ def scale_by_learning_rate(learning_rate: Any, *, flip_sign: bool = True) -> Gra
 # ---- moments ------------------------------------------------------------------------------------
 
 
-def _one_minus_pow(b: float, t: Tensor) -> Tensor:
-    """``1 - b**t`` as ``-expm1(t * log(b))``: float32 ``1 - 0.999**1`` loses five digits to
-    cancellation (torch computes it in float64); this form keeps float32 precision."""
-    log_b = math.log(b) if b > 0 else -math.inf
-    return -_ew.expm1(t * log_b)
-
-
 def _scale_by_adam(b1: float, b2: float, eps: float, api: str) -> GradientTransformation:
     def init(params: Any) -> ScaleByAdamState:
         return ScaleByAdamState(zero_count(), _zeros(params), _zeros(params))
 
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, ScaleByAdamState]:
         check_state(api, state, ScaleByAdamState)
-        check_tree(api, updates, "grads", state.mu, "state.mu")
-        mu = _tree.map(lambda g, m: b1 * m + (1 - b1) * g, updates, state.mu)
-        nu = _tree.map(lambda g, v: b2 * v + (1 - b2) * (g * g), updates, state.nu)
+        grads, treedef, mus = check_tree(api, updates, "grads", state.mu, "state.mu")
         count = increment(state.count)
-        t = as_float(count)
-        bc1 = _one_minus_pow(b1, t)
-        bc2_sqrt = _ew.sqrt(_one_minus_pow(b2, t))
-
-        def direction(m: Any, v: Any) -> Any:  # torch: (m / bc1) / (sqrt(v) / sqrt(bc2) + eps)
-            return (m / like(bc1, m)) / (_ew.sqrt(v) / like(bc2_sqrt, v) + eps)
-
-        return _tree.map(direction, mu, nu), ScaleByAdamState(count, mu, nu)
+        # one fused node per parameter: new m, new v and the direction (core/prims/fused.py)
+        triples = [
+            _fused.adam_update(g, m, v, count, b1, b2, eps)
+            for g, m, v in zip(grads, mus, _tree.leaves(state.nu))
+        ]
+        cols = list(zip(*triples)) or [(), (), ()]
+        mu, nu, out = (_tree.unflatten(treedef, list(c)) for c in cols)
+        return out, ScaleByAdamState(count, mu, nu)
 
     return GradientTransformation(init, update)
 

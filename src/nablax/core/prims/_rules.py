@@ -124,7 +124,12 @@ def _vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
         _, pull = jax.vjp(f, *[primals[i] for i in diff_in])
         return tuple(pull(tuple(cts)))
 
-    p = Primitive(f"vjp[{prim.name}]", aval, lower, multiple_results=True, rules=derived_from_jax)
+    def shard(params, in_layouts, in_avals, out_avals):
+        return tuple(in_layouts[i] for i in diff_in)  # a cotangent is laid out as its primal
+
+    p = Primitive(
+        f"vjp[{prim.name}]", aval, lower, multiple_results=True, rules=derived_from_jax, shard=shard
+    )
     _derived[key] = p
     return p
 
@@ -147,7 +152,19 @@ def _jvp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
         _, t_out = jax.jvp(f, tuple(primals[i] for i in diff_in), tuple(tans))
         return tuple(t_out)
 
-    p = Primitive(f"jvp[{prim.name}]", aval, lower, multiple_results=True, rules=derived_from_jax)
+    def shard(params, in_layouts, in_avals, out_avals):
+        # a tangent is laid out as its primal output: the original rule on the primal inputs
+        if prim.shard is None:
+            return replicated(params, in_layouts, in_avals, out_avals)
+        avals = in_avals[:-n_t]
+        outs = prim.shard(
+            params[0], in_layouts[:-n_t], avals, prim.abstract_eval(params[0], *avals)
+        )
+        return tuple(outs[j] for j in diff_out)
+
+    p = Primitive(
+        f"jvp[{prim.name}]", aval, lower, multiple_results=True, rules=derived_from_jax, shard=shard
+    )
     _derived[key] = p
     return p
 
@@ -159,7 +176,8 @@ def _float_outputs(outs) -> tuple:
 def derived_from_jax(prim: Primitive) -> dict:
     """Rules of ``prim`` derived from JAX's derivative of its lowering (``primitive(...,
     rules=derived_from_jax)``); batching through ``jax.vmap`` of the lowering and a replicated
-    sharding unless the record gives its own."""
+    sharding unless the record gives its own. The derived ``vjp[...]``/``jvp[...]`` primitives lay
+    a cotangent out as its primal input, a tangent as its primal output."""
 
     def vjp(params, cts, primals, outs):
         diff_in = tuple(i for i, x in enumerate(primals) if is_float_tensor(x))

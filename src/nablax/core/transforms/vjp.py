@@ -125,8 +125,13 @@ def _fname(f) -> str:
     return getattr(f, "__qualname__", None) or getattr(f, "__name__", None) or repr(f)
 
 
-def _as_tensor(leaf, api: str, f, path: str, allow_int: bool) -> Tensor | None:
-    """A differentiated input as a Tensor; integer inputs raise (grad) or are skipped (vjp)."""
+def _as_tensor(leaf, api: str, f, path, allow_int: bool) -> Tensor | None:
+    """A differentiated input as a Tensor; integer inputs raise (grad) or are skipped (vjp).
+    ``path``: the leaf's path for errors, or a function returning it (paths cost a tree walk)."""
+    if type(leaf) is Tensor and is_float(leaf.dtype):  # the common case: nothing to say
+        return leaf
+    if callable(path):
+        path = path()
     if isinstance(leaf, Tensor):
         t = leaf
     elif isinstance(leaf, (float, np.floating)) or hasattr(leaf, "__array__"):
@@ -160,10 +165,10 @@ def _mark_args(api, f, args, argnums, trace, allow_int):
                 api,
                 f"argnums={a} but {_fname(f)} was called with {len(args)} positional argument(s)",
             )
-        leaves_with_path = _tree.leaves_with_path(args[a], prefix=f"args[{a}]")
         leaves, treedef = _tree.flatten(args[a])
         new_leaves, nodes = [], []
-        for (path, leaf), _ in zip(leaves_with_path, leaves):
+        for i, leaf in enumerate(leaves):
+            path = functools.partial(_leaf_path, args[a], f"args[{a}]", i)
             t = _as_tensor(leaf, api, f, path, allow_int)
             if t is None:
                 new_leaves.append(leaf)
@@ -175,6 +180,10 @@ def _mark_args(api, f, args, argnums, trace, allow_int):
         per_arg.append((treedef, nodes, leaves))
         args[a] = _tree.unflatten(treedef, new_leaves)
     return args, per_arg
+
+
+def _leaf_path(tree, prefix: str, i: int) -> str:
+    return _tree.leaves_with_path(tree, prefix=prefix)[i][0]
 
 
 def _norm_argnums(argnums) -> tuple[tuple[int, ...], bool]:

@@ -1,0 +1,178 @@
+"""Fused primitives for the hot spots of a training step: Adam's update and cross-entropy.
+
+An eager training step builds its optimizer update every step. Written as separate element-wise
+ops, Adam costs about twelve graph nodes per parameter (the two moments, the bias-corrected
+direction), and at a few microseconds of Python per node that is most of the cost of building a
+small model's step. :data:`adam_p` computes the new moments and the direction of one parameter in
+one node with three outputs; XLA fuses the lowering exactly as it fuses the separate ops, so the
+program and its numbers are unchanged (the formula is :func:`adam_formula`, used both by the
+lowering and by the element-wise fallback for integer or mixed inputs).
+
+Rules: derivatives and batching are JAX's derivative and ``jax.vmap`` of the lowering
+(``derived_from_jax``); the three outputs are laid out like the inputs (element-wise sharding), so
+a data- or model-parallel step keeps its optimizer state split.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+from jax import lax
+
+from .. import dtypes
+from ..build import bind
+from ..primitive import primitive
+from ..tensor import Tensor, to_impl
+from . import _shard
+from ._rules import derived_from_jax
+from .elementwise import expm1, sqrt
+
+
+def bias_corrections(t, b1: float, b2: float, expm1, sqrt):
+    """``(1 - b1**t, sqrt(1 - b2**t))`` for the float step number ``t``, as ``-expm1(t *
+    log(b))``: float32 ``1 - 0.999**1`` loses five digits to cancellation (torch computes it in
+    float64); this form keeps float32 precision."""
+    return -expm1(t * _log(b1)), sqrt(-expm1(t * _log(b2)))
+
+
+def _log(b: float) -> float:
+    return math.log(b) if b > 0 else -math.inf
+
+
+def adam_formula(g, m, v, t, b1: float, b2: float, eps: float, ops):
+    """torch.optim.Adam's step on one parameter: ``(new m, new v, direction)`` where the direction
+    is ``(m / c1) / (sqrt(v) / c2_sqrt + eps)`` with the :func:`bias_corrections` of the float32
+    step number ``t`` cast to each new moment's dtype. ``ops`` is ``(expm1, sqrt, cast)``: JAX's
+    in the lowering, nablax's in the fallback."""
+    expm1, sqrt, cast = ops
+    c1, c2_sqrt = bias_corrections(t, b1, b2, expm1, sqrt)
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * (g * g)
+    return m, v, (m / cast(c1, m)) / (sqrt(v) / cast(c2_sqrt, v) + eps)
+
+
+def _adam_lower(params, g, m, v, count):
+    b1, b2, eps = params
+    t = count.astype(jnp.float32)
+    return adam_formula(g, m, v, t, b1, b2, eps, (jnp.expm1, jnp.sqrt, _astype))
+
+
+def _astype(s, x):
+    return s.astype(x.dtype)
+
+
+def _adam_aval(params, g, m, v, count):
+    shape = g[0]
+    return ((shape, m[1]), (shape, v[1]), (shape, dtypes.promote(m[1], v[1])))
+
+
+def _adam_shard(params, in_layouts, in_avals, out_avals):
+    (lay,) = _shard.elementwise(params, in_layouts, in_avals, out_avals[:1])
+    return (lay,) * 3
+
+
+adam_p = primitive(
+    "adam_update",
+    _adam_aval,
+    _adam_lower,
+    multiple_results=True,
+    rules=derived_from_jax,
+    shard=_adam_shard,
+    doc="Adam's new moments and direction for one parameter (optim.scale_by_adam), fused.",
+)
+
+
+_FLOAT = {}
+
+
+def _is_float(dt) -> bool:
+    hit = _FLOAT.get(dt)
+    if hit is None:
+        hit = _FLOAT[dt] = dtypes.is_floating(dt)
+    return hit
+
+
+def _cast(s: Tensor, x: Tensor) -> Tensor:
+    return s.astype(x.dtype) if _is_float(x.dtype) and x.dtype != s.dtype else s
+
+
+def adam_update(g, m, v, count: Tensor, b1: float, b2: float, eps: float):
+    """``(new m, new v, direction)`` of one parameter at int32 step ``count`` (1 for the first
+    update; see :func:`adam_formula`): one node when ``g``, ``m`` and ``v`` are float tensors of
+    one shape with ``m``/``v`` at least as wide as ``g``, else the same formula as separate
+    element-wise ops."""
+    gi, mi, vi = to_impl(g), to_impl(m), to_impl(v)
+    if (
+        gi.shape == mi.shape == vi.shape
+        and _is_float(gi.dtype)
+        and _is_float(mi.dtype)
+        and _is_float(vi.dtype)
+        and dtypes.promote(mi.dtype, gi.dtype) == mi.dtype
+        and dtypes.promote(vi.dtype, gi.dtype) == vi.dtype
+    ):
+        outs = bind(adam_p, [gi, mi, vi, to_impl(count)], (b1, b2, eps))
+        return tuple(Tensor._wrap(o) for o in outs)
+    gt, mt, vt = Tensor._wrap(gi), Tensor._wrap(mi), Tensor._wrap(vi)
+    t = Tensor._wrap(to_impl(count)).astype(dtypes.float32)
+    return adam_formula(gt, mt, vt, t, b1, b2, eps, (expm1, sqrt, _cast))
+
+
+# ---- softmax cross-entropy with integer targets ---------------------------------------------
+# params: (class axis, ignore_index, label_smoothing, reduction "mean" | "sum" | "none")
+
+
+def _cross_entropy_lower(params, x, y):
+    c_axis, ignore_index, smoothing, reduction = params
+    # log_softmax as jax.nn.log_softmax: shift by the (constant) max, subtract the log-sum-exp
+    shifted = x - lax.stop_gradient(jnp.max(x, axis=c_axis, keepdims=True))
+    logp = shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=c_axis, keepdims=True))
+    valid = y != ignore_index
+    safe = jnp.where(valid, y, 0)
+    # the target's log-probability as a masked sum over the class axis, not a gather: it fuses,
+    # and XLA's SPMD partitioner keeps a split batch split
+    grid = [1] * x.ndim
+    grid[c_axis] = x.shape[c_axis]
+    hit = jnp.expand_dims(safe, c_axis) == lax.broadcasted_iota(jnp.int32, tuple(grid), c_axis)
+    nll = -jnp.sum(jnp.where(hit, logp, 0.0), axis=c_axis)
+    if smoothing:
+        nll = nll * (1.0 - smoothing) + (-jnp.mean(logp, axis=c_axis)) * smoothing
+    nll = jnp.where(valid, nll, 0.0)
+    if reduction == "none":
+        return nll
+    if reduction == "sum":
+        return jnp.sum(nll)
+    return jnp.sum(nll) / jnp.sum(valid.astype(nll.dtype))  # mean over the counted targets
+
+
+def _cross_entropy_aval(params, x, y):
+    reduction = params[3]
+    return ((y[0] if reduction == "none" else (), x[1]),)
+
+
+def _cross_entropy_shard(params, in_layouts, in_avals, out_avals):
+    c_axis, _, _, reduction = params
+    if reduction != "none":
+        return ((),)
+    lay = in_layouts[0]
+    return (tuple(a for d, a in enumerate(lay) if d != c_axis),)
+
+
+cross_entropy_p = primitive(
+    "cross_entropy",
+    _cross_entropy_aval,
+    _cross_entropy_lower,
+    rules=derived_from_jax,
+    shard=_cross_entropy_shard,
+    doc="Softmax cross-entropy of logits with integer targets (nn.functional.cross_entropy), "
+    "reduced, fused.",
+)
+
+
+def cross_entropy(
+    x: Tensor, y: Tensor, c_axis: int, ignore_index: int, smoothing: float, reduction: str
+):
+    """Cross-entropy of float logits ``x`` with int targets ``y`` (``x``'s shape without
+    ``c_axis``; shapes and arguments checked by the caller) in one node."""
+    params = (c_axis, int(ignore_index), float(smoothing), reduction)
+    return Tensor._wrap(bind(cross_entropy_p, [x._impl, y._impl], params)[0])
