@@ -647,7 +647,6 @@ spec(
 )
 
 
-
 # ---- fused training primitives (core/prims/fused.py): cross-entropy and Adam's update ----------
 
 
@@ -705,7 +704,12 @@ spec(
     _adam_fn(nx),
     _adam_fn(jax),
     cases_of(
-        lambda dt, r: [A(r, (3, 4), dt), A(r, (3, 4), dt), A(r, (3, 4), dt, "pos"), np.array(3, np.int32)],
+        lambda dt, r: [
+            A(r, (3, 4), dt),
+            A(r, (3, 4), dt),
+            A(r, (3, 4), dt, "pos"),
+            np.array(3, np.int32),
+        ],
         lambda dt, r: [A(r, (), dt), A(r, (), dt), A(r, (), dt, "pos"), np.array(1, np.int32)],
     ),
     FLOATS,
