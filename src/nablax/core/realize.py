@@ -34,7 +34,7 @@ import numpy as np
 from .. import _caches, _config
 from ..errors import ConcretizationError
 from .context import CTX, reset_prune_threshold
-from .graph import SCALAR_TYPES, Literal, Var, encode, gc_paused, new_var, run_steps
+from .graph import SCALAR_TYPES, Literal, Var, encode, gc_paused, new_literal, new_var, run_steps
 
 
 @dataclass(frozen=True)
@@ -401,18 +401,21 @@ def _evict() -> None:
 
 
 def _store(out_impls, results) -> None:
-    multi = []
+    multi: dict = {}  # nodes with several outputs (or boundary values), checked once at the end
     for impl, val in zip(out_impls, results):
         if type(impl) is Var:  # a boundary value with no tensor
             node, j = impl
             if node.values is None:
                 node.values = [None] * len(node.outs)
             node.values[j] = val
-            multi.append(node)
+            multi[node] = None
             continue
         node, j = impl.src
         impl.value = val
-        impl.lit = Literal(val, impl.dtype)
+        lit = impl.lit = new_literal(Literal)  # Literal(val, impl.dtype), without __init__
+        lit.value = val
+        lit.dtype = impl.dtype
+        lit.weak = False
         if len(node.outs) == 1:
             node.values = [val]
             if node.trace is None or not node.trace.alive():
@@ -424,7 +427,7 @@ def _store(out_impls, results) -> None:
             if node.values is None:
                 node.values = [None] * len(node.outs)
             node.values[j] = val
-            multi.append(node)
+            multi[node] = None
             if node.trace is None or not node.trace.alive():
                 impl.src = None
     for node in multi:

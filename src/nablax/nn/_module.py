@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -62,6 +64,17 @@ class _ModuleMeta(type):
         return obj
 
 
+def _tuple_getter(names: tuple) -> Callable[[dict], tuple]:
+    """``d -> tuple(d[n] for n in names)`` as one C call (``itemgetter`` of one name returns the
+    value itself, not a 1-tuple)."""
+    if not names:
+        return lambda d: ()
+    if len(names) == 1:
+        get = operator.itemgetter(names[0])
+        return lambda d: (get(d),)
+    return operator.itemgetter(*names)
+
+
 class Module(metaclass=_ModuleMeta):
     """Base class of layers and models: a frozen dataclass registered as a pytree.
 
@@ -98,15 +111,20 @@ class Module(metaclass=_ModuleMeta):
             d = m.__dict__
             return [(k, d[n]) for k, n in zip(keys, children)], tuple(d[n] for n in static)
 
+        # flatten/unflatten run on every tree walk (each transform and optimizer call): built
+        # from C-level getters, with no per-field Python loop
+        get_children = _tuple_getter(children)
+        get_static = _tuple_getter(static)
+        names = children + static
+        new = object.__new__
+
         def flatten(m):
             d = m.__dict__
-            return [d[n] for n in children], tuple(d[n] for n in static)
+            return get_children(d), get_static(d)
 
         def unflatten(aux, leaves):
-            m = object.__new__(cls)
-            d = m.__dict__
-            d.update(zip(children, leaves))
-            d.update(zip(static, aux))
+            m = new(cls)
+            m.__dict__.update(zip(names, (*leaves, *aux)))
             return m
 
         jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
