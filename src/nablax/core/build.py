@@ -140,9 +140,13 @@ def make_node(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None,
             impl.dtype = dtype
             impl.batch_shape = bshape
             impls.append(impl)
-        node.outs = tuple([_wref(t) for t in impls])
-        for wr in node.outs:
-            note_pending(wr)
+        outs = node.outs = tuple([_wref(t) for t in impls])
+        pending = CTX.pending
+        if len(pending) + len(outs) < 4096:  # as above
+            pending.extend(outs)
+        else:
+            for wr in outs:
+                note_pending(wr)
     if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
         realize_impls(impls, cut=True)
     return impls

@@ -207,7 +207,7 @@ def zero_count() -> Tensor:
 
 def increment(count: Tensor) -> Tensor:
     """``count + 1``, saturating at the int32 maximum instead of wrapping to a negative step."""
-    return _ew.where(count < _INT32_MAX, count + 1, count)
+    return _ew.minimum(count, _INT32_MAX - 1) + 1  # two nodes: built every step
 
 
 def like(scalar: Any, x: Any) -> Any:

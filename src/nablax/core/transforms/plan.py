@@ -135,8 +135,13 @@ def signature(order, markers, seeds, trace, depth: int = 0):
             fr.ext.append(cref if cref is not None else cimpl.lit)
         seed_codes.append((b + j, ~s, cimpl.shape, cimpl.dtype, cimpl.batch_shape))
     env = fr.env
+    add = env.append
     for n in order:
-        env.extend(new_var(Var, (n, j)) for j in range(len(n.outs)))
+        k = len(n.outs)
+        if k == 1:
+            add(new_var(Var, (n, 0)))
+        else:
+            env.extend([new_var(Var, (n, j)) for j in range(k)])
     flags = tuple((n.values is not None, n in markers) for n in order)
     marker_slots = tuple(fr.pos.get(m, -1) for m in markers)
     key = ((tuple(steps), flags, tuple(ext_desc)), marker_slots, tuple(seed_codes), depth)
