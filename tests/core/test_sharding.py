@@ -114,6 +114,29 @@ def test_inferred_plans_follow_the_rules():
         assert plan == want, (lays, plan, want)
 
 
+def test_fused_cross_entropy_and_its_derived_backward_keep_a_split_batch():
+    """cross_entropy is one node whose backward is one derived ``vjp[...]`` node: the unreduced
+    loss keeps the logits' batch split, and the logits' cotangent is laid out as the logits (a
+    replicated proposal would make XLA gather the batch onto every device each step)."""
+    mesh = nx.DeviceMesh((1, 1), ("dp", "tp"))
+    F = nx.nn.functional
+    logits = np.random.default_rng(0).standard_normal((8, 5)).astype(np.float32)
+    labels = nx.tensor(np.arange(8, dtype=np.int32) % 5)
+    rows = (("dp",), ())
+    _, plan = _plan_of(
+        lambda z: F.cross_entropy(z, labels, reduction="none"), [logits], [rows], mesh
+    )
+    assert plan == [(("dp",),)]
+    _, plan = _plan_of(
+        lambda z: nx.grad(lambda z: F.cross_entropy(z, labels))(z), [logits], [rows], mesh
+    )
+    assert plan == [rows]
+    # forward mode: the tangent is laid out as the primal output
+    jvp = lambda z: nx.jvp(lambda z: F.cross_entropy(z, labels, reduction="none"), (z,), (z,))[1]
+    _, plan = _plan_of(jvp, [logits], [rows], mesh)
+    assert plan == [(("dp",),)]
+
+
 def test_in_specs_none_replicates_and_unmentioned_arguments_keep_their_sharding():
     mesh = nx.DeviceMesh((1,), ("dp",))
     rows = nx.ShardingSpec(mesh, [nx.DimSpec(["dp"]), nx.DimSpec([])])

@@ -1,16 +1,22 @@
 """Fused primitives for the hot spots of a training step: Adam's update and cross-entropy.
 
-An eager training step builds its optimizer update every step. Written as separate element-wise
-ops, Adam costs about twelve graph nodes per parameter (the two moments, the bias-corrected
-direction), and at a few microseconds of Python per node that is most of the cost of building a
-small model's step. :data:`adam_p` computes the new moments and the direction of one parameter in
-one node with three outputs; XLA fuses the lowering exactly as it fuses the separate ops, so the
-program and its numbers are unchanged (the formula is :func:`adam_formula`, used both by the
-lowering and by the element-wise fallback for integer or mixed inputs).
+An eager training loop builds its whole step every iteration, and at a few microseconds of Python
+per graph node, the node count of a small model's step is most of its cost. Written as separate
+ops, Adam takes about a dozen nodes per parameter (two moments, the bias-corrected direction) and
+integer-label cross-entropy about twenty (log-softmax, the masked pick of the target, ignore_index,
+the mean), plus as many again in its backward pass. Here each is one node:
 
-Rules: derivatives and batching are JAX's derivative and ``jax.vmap`` of the lowering
-(``derived_from_jax``); the three outputs are laid out like the inputs (element-wise sharding), so
-a data- or model-parallel step keeps its optimizer state split.
+- :data:`adam_p` (``adam_update``): the new moments and the direction of one parameter, with the
+  bias corrections computed from the int32 step count inside (``optim.scale_by_adam``);
+- :data:`cross_entropy_p`: softmax cross-entropy of logits with integer targets, with
+  ``label_smoothing``, ``ignore_index`` and the reduction (``nn.functional.cross_entropy``).
+
+The lowerings are the same ``jax.numpy`` ops the separate nodes lowered to, which XLA fuses the
+same way, so programs and numbers do not change. Derivatives and batching are JAX's derivative and
+``jax.vmap`` of the lowering (``derived_from_jax``; the backward of cross-entropy is one
+``vjp[cross_entropy]`` node). Sharding: Adam's outputs are laid out like its inputs; a reduced
+cross-entropy is a replicated scalar, an unreduced one keeps the batch layout of the logits, and
+the derived backward node lays the logits' cotangent out as the logits.
 """
 
 from __future__ import annotations
