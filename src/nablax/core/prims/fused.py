@@ -89,7 +89,7 @@ adam_p = primitive(
 )
 
 
-_FLOAT = {}
+_FLOAT: dict = {}  # dtype -> is floating (checked for every parameter of every step)
 
 
 def _is_float(dt) -> bool:
