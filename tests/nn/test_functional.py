@@ -12,6 +12,7 @@ import pytest
 
 import nablax as nx
 import nablax.nn.functional as F
+from nablax.errors import DTypeError
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -287,3 +288,18 @@ def test_linear_and_cross_entropy_graphs_partition_well():
         TF.linear(torch.tensor(x.numpy()), tw), torch.tensor(y.numpy()).long()
     ).backward()
     np.testing.assert_allclose(grads[0].numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_cross_entropy_is_one_node_and_refuses_bool_targets():
+    """Integer targets: the loss is one graph node (core/prims/fused.py), its gradient one more;
+    bool targets are neither classes nor probabilities."""
+    from nablax.core.graph import toposort
+
+    x = nx.tensor(_rng("ce1").standard_normal((6, 4)).astype(np.float32))
+    y = nx.tensor([0, 3, 1, -100, 2, 2])
+    loss = F.cross_entropy(x, y)
+    assert [n.prim.name for n in toposort([loss._impl.src.node])] == ["cross_entropy"]
+    ref = TF.cross_entropy(torch.tensor(x.numpy()), torch.tensor(y.numpy()).long())
+    np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-6)
+    with pytest.raises(DTypeError, match="cross_entropy.*bool"):
+        F.cross_entropy(x, nx.tensor([True, False] * 3))
