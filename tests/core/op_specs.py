@@ -424,7 +424,8 @@ spec(
 )
 spec(
     "vjp_primal",  # nx.vjp's forward value: exercises the trace_input marker primitive
-    lambda x: nx.vjp(lambda y: y * 2.0, x)[0],
+    # of a pending input (a computed input's marker is computed at once: no node to test)
+    lambda x: nx.vjp(lambda y: y * 2.0, x * 1.0)[0],
     lambda x: x * 2.0,
     unary(),
     FLOATS,
@@ -442,7 +443,7 @@ _scaled_grad = nx.custom_vjp(lambda x: x * 1.0)
 _scaled_grad.defvjp(lambda x: (x * 1.0, None), lambda res, g: (g * 3.0,))
 spec(
     "custom_vjp_primal",  # a custom_vjp function called under a trace: one custom_vjp_call node
-    lambda x: nx.vjp(_scaled_grad, x)[0],
+    lambda x: nx.vjp(_scaled_grad, x * 1.0)[0],  # pending input: a trace_input node
     lambda x: x * 1.0,
     unary(),
     FLOATS,

@@ -284,7 +284,12 @@ def _assert_not_differentiable(spec, case):
 
 # Primitives that no op spec builds, gradient-checked by a dedicated test of this file (the test
 # named here asserts that its graph really contains the primitive).
-_CHECKED_HERE = {"custom_vjp_call": "test_custom_vjp_matches_jax"}
+_CHECKED_HERE = {
+    "custom_vjp_call": "test_custom_vjp_matches_jax",
+    # markers of computed inputs are computed at once (no node in any program); this test
+    # differentiates through a pending one
+    "trace_input": "test_markers_of_pending_and_computed_inputs_match_jax",
+}
 
 
 def test_every_primitive_has_rules():
@@ -820,3 +825,41 @@ def test_backward_with_explicit_gradient_and_requires_grad_off():
     w.requires_grad_(False)
     assert not w.requires_grad
     _close(w.numpy(), [0.5, -1.0, 2.0])
+
+
+def test_markers_of_pending_and_computed_inputs_match_jax():
+    """A differentiated input gets a ``trace_input`` marker. The marker of a computed tensor is
+    computed at once (programs read the array itself, no identity node or program boundary), yet
+    the reverse pass still reaches it; the marker of a pending tensor is a graph node like any
+    other. Both give JAX's gradient, also nested (a Hessian-vector product)."""
+    from nablax.core.graph import toposort
+    from nablax.core.transforms.trace import mark, marker_of, open_trace
+
+    x_np = np.array([0.5, -1.5, 2.0], np.float32)
+    f = lambda a: (a**3).sum() + (a * a[::-1]).sum()
+    jf = lambda a: (a**3).sum() + (a * a[::-1]).sum()
+
+    x = nx.tensor(x_np)
+    with open_trace() as trace:
+        m = mark(x, trace)
+        assert m._impl.value is x._impl.value and m._impl.src is not None
+        assert marker_of(m).values == [x._impl.value]
+        assert trace.kept and trace.kept[-1]() is marker_of(m)
+    pending = nx.tensor(x_np / 2) * 2.0
+    with open_trace() as trace:
+        assert mark(pending, trace)._impl.value is None  # pending stays pending
+
+    want = np.asarray(jax.grad(jf)(jnp.asarray(x_np)))
+    np.testing.assert_allclose(nx.grad(f)(x).numpy(), want, rtol=1e-6)
+    g = nx.grad(f)(nx.tensor(x_np / 2) * 2.0)
+    assert "trace_input" in {n.prim.name for n in toposort([g._impl.src[0]])}
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-6)
+
+    v = np.array([1.0, 0.5, -2.0], np.float32)
+    hvp = lambda a: nx.grad(lambda b: (nx.grad(f)(b) * nx.tensor(v)).sum())(a)
+    jhvp = jax.grad(lambda b: (jax.grad(jf)(b) * v).sum())(jnp.asarray(x_np))
+    np.testing.assert_allclose(hvp(nx.tensor(x_np)).numpy(), np.asarray(jhvp), rtol=1e-5)
+    np.testing.assert_allclose(hvp(nx.tensor(x_np / 2) * 2.0).numpy(), np.asarray(jhvp), rtol=1e-5)
+    w = nx.tensor(x_np).requires_grad_()
+    f(w).backward()
+    np.testing.assert_allclose(w.grad.numpy(), want, rtol=1e-6)

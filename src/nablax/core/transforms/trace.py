@@ -110,6 +110,14 @@ def mark(t: Tensor, trace: Trace) -> Tensor:
         trace,
         ((len(b),), b) if b else None,
     )
+    if impl.value is not None and not b:
+        # Already computed: so is the marker. Programs then read the array itself instead of
+        # copying it through an identity node (and a program boundary); ``src`` stays, so the
+        # reverse pass still finds the marker, and the trace keeps the node until it ends.
+        node = out.src[0]
+        node.values = [impl.value]
+        out.value, out.lit, out.sharding = impl.value, impl.lit, impl.sharding
+        trace.kept.append(weakref.ref(node))
     return Tensor._wrap(out)
 
 
