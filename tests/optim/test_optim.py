@@ -535,7 +535,34 @@ def test_adam_builds_one_fused_node_per_parameter():
     updates, state = opt.update(grads, state, params)
     prims = _graph_prims((updates, state))
     assert prims.count("adam_update") == 3
-    assert len(prims) <= 3 + 3 + 2, prims  # fused updates, lr products, counter (minimum, add)
+    # a constant lr is folded into the fused node: no separate products
+    assert sorted(prims) == sorted(["adam_update"] * 3 + ["minimum", "add"]), prims
+
+
+def test_adam_with_a_folded_lr_equals_the_separate_scale_and_keeps_optax_states():
+    """``adam(lr)`` multiplies by ``-lr`` inside the fused node; the result is bit-identical to
+    ``chain(scale_by_adam(), scale(-lr))`` (the same float32 product), and the state keeps the
+    ``(ScaleByAdamState, EmptyState)`` structure, so checkpoints do not change."""
+    rng = np.random.default_rng(1)
+    params = {"w": nx.tensor(rng.standard_normal((4, 3)).astype(np.float32))}
+    fused_opt = optim.adam(3e-3)
+    plain_opt = optim.chain(optim.scale_by_adam(), optim.scale(-3e-3))
+    s1, s2 = fused_opt.init(params), plain_opt.init(params)
+    assert nx.tree.structure(s1) == nx.tree.structure(s2)
+    p1 = p2 = params
+    for step in range(4):
+        g = {"w": nx.tensor(rng.standard_normal((4, 3)).astype(np.float32))}
+        u1, s1 = fused_opt.update(g, s1, p1)
+        u2, s2 = plain_opt.update(g, s2, p2)
+        assert "multiply" not in _graph_prims(u1)
+        p1, p2 = optim.apply_updates(p1, u1), optim.apply_updates(p2, u2)
+        np.testing.assert_array_equal(p1["w"].numpy(), p2["w"].numpy(), err_msg=f"step {step}")
+    for a, b in zip(nx.tree.leaves(s1), nx.tree.leaves(s2)):
+        np.testing.assert_array_equal(np.asarray(a.numpy()), np.asarray(b.numpy()))
+    # a schedule or a tensor lr keeps the separate scaling stage
+    sched = optim.adam(lambda count: 1e-3)
+    u, _ = sched.update(g, sched.init(params), params)
+    assert "multiply" in _graph_prims(u)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from ._transforms import (
     _scale_by_rmsprop,
     _trace,
     check_betas,
+    scaled_upstream,
 )
 
 
@@ -71,6 +72,8 @@ def adam(
     api = api_name("adam")
     lr = check_lr(api, lr)
     b1, b2, eps = check_betas(api, b1, b2, eps)
+    if isinstance(lr, float):  # a constant: -lr is folded into the fused Adam node
+        return make_chain((_scale_by_adam(b1, b2, eps, api, -lr), scaled_upstream(api)), api)
     return make_chain((_scale_by_adam(b1, b2, eps, api), _scale_by_learning_rate(lr, api)), api)
 
 

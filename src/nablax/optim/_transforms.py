@@ -93,6 +93,23 @@ def _scale(step_size: Any, api: str) -> GradientTransformation:
     return GradientTransformation(init, update)
 
 
+def scaled_upstream(api: str) -> GradientTransformation:
+    """The ``scale`` stage of a chain whose previous stage already multiplied by the constant
+    step (``adam``: its fused node does): the same state (``EmptyState``) and checks as
+    :func:`scale`, so states and checkpoints do not depend on where the multiply happens."""
+
+    def init(params: Any) -> EmptyState:
+        return EmptyState()
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, EmptyState]:
+        check_state(api, state, EmptyState)
+        if params is not None:
+            check_tree(api, updates, "grads", params, "params")
+        return updates, state
+
+    return GradientTransformation(init, update)
+
+
 def scale(step_size: float) -> GradientTransformation:
     """Multiply every update by ``step_size``.
 
@@ -187,7 +204,12 @@ def scale_by_learning_rate(learning_rate: Any, *, flip_sign: bool = True) -> Gra
 # ---- moments ------------------------------------------------------------------------------------
 
 
-def _scale_by_adam(b1: float, b2: float, eps: float, api: str) -> GradientTransformation:
+def _scale_by_adam(
+    b1: float, b2: float, eps: float, api: str, scale: float = 1.0
+) -> GradientTransformation:
+    """``scale``: a constant the directions are multiplied by in the fused node (``adam`` folds
+    its ``-lr`` in, see :func:`scaled_upstream`)."""
+
     def init(params: Any) -> ScaleByAdamState:
         return ScaleByAdamState(zero_count(), _zeros(params), _zeros(params))
 
@@ -197,7 +219,7 @@ def _scale_by_adam(b1: float, b2: float, eps: float, api: str) -> GradientTransf
         count = increment(state.count)
         # one fused node per parameter: new m, new v and the direction (core/prims/fused.py)
         triples = [
-            _fused.adam_update(g, m, v, count, b1, b2, eps)
+            _fused.adam_update(g, m, v, count, b1, b2, eps, scale)
             for g, m, v in zip(grads, mus, _tree.leaves(state.nu))
         ]
         cols = list(zip(*triples)) or [(), (), ()]

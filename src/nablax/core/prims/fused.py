@@ -7,7 +7,8 @@ integer-label cross-entropy about twenty (log-softmax, the masked pick of the ta
 the mean), plus as many again in its backward pass. Here each is one node:
 
 - :data:`adam_p` (``adam_update``): the new moments and the direction of one parameter, with the
-  bias corrections computed from the int32 step count inside (``optim.scale_by_adam``);
+  bias corrections computed from the int32 step count inside (``optim.scale_by_adam``), times a
+  constant ``scale`` (``optim.adam`` with a float learning rate folds ``-lr`` in);
 - :data:`cross_entropy_p`: softmax cross-entropy of logits with integer targets, with
   ``label_smoothing``, ``ignore_index`` and the reduction (``nn.functional.cross_entropy``).
 
@@ -46,22 +47,24 @@ def _log(b: float) -> float:
     return math.log(b) if b > 0 else -math.inf
 
 
-def adam_formula(g, m, v, t, b1: float, b2: float, eps: float, ops):
+def adam_formula(g, m, v, t, b1: float, b2: float, eps: float, ops, scale: float = 1.0):
     """torch.optim.Adam's step on one parameter: ``(new m, new v, direction)`` where the direction
     is ``(m / c1) / (sqrt(v) / c2_sqrt + eps)`` with the :func:`bias_corrections` of the float32
-    step number ``t`` cast to each new moment's dtype. ``ops`` is ``(expm1, sqrt, cast)``: JAX's
-    in the lowering, nablax's in the fallback."""
+    step number ``t`` cast to each new moment's dtype, times ``scale`` unless it is 1 (``adam``
+    folds ``-lr`` in: the multiply the separate learning-rate node did). ``ops`` is ``(expm1,
+    sqrt, cast)``: JAX's in the lowering, nablax's in the fallback."""
     expm1, sqrt, cast = ops
     c1, c2_sqrt = bias_corrections(t, b1, b2, expm1, sqrt)
     m = b1 * m + (1 - b1) * g
     v = b2 * v + (1 - b2) * (g * g)
-    return m, v, (m / cast(c1, m)) / (sqrt(v) / cast(c2_sqrt, v) + eps)
+    d = (m / cast(c1, m)) / (sqrt(v) / cast(c2_sqrt, v) + eps)
+    return m, v, d if scale == 1.0 else d * scale
 
 
 def _adam_lower(params, g, m, v, count):
-    b1, b2, eps = params
+    b1, b2, eps, scale = params
     t = count.astype(jnp.float32)
-    return adam_formula(g, m, v, t, b1, b2, eps, (jnp.expm1, jnp.sqrt, _astype))
+    return adam_formula(g, m, v, t, b1, b2, eps, (jnp.expm1, jnp.sqrt, _astype), scale)
 
 
 def _astype(s, x):
@@ -103,9 +106,9 @@ def _cast(s: Tensor, x: Tensor) -> Tensor:
     return s.astype(x.dtype) if _is_float(x.dtype) and x.dtype != s.dtype else s
 
 
-def adam_update(g, m, v, count: Tensor, b1: float, b2: float, eps: float):
-    """``(new m, new v, direction)`` of one parameter at int32 step ``count`` (1 for the first
-    update; see :func:`adam_formula`): one node when ``g``, ``m`` and ``v`` are float tensors of
+def adam_update(g, m, v, count: Tensor, b1: float, b2: float, eps: float, scale: float = 1.0):
+    """``(new m, new v, scale * direction)`` of one parameter at int32 step ``count`` (1 for the
+    first update; see :func:`adam_formula`): one node when ``g``, ``m`` and ``v`` are float tensors of
     one shape with ``m``/``v`` at least as wide as ``g``, else the same formula as separate
     element-wise ops."""
     gi, mi, vi = to_impl(g), to_impl(m), to_impl(v)
@@ -117,11 +120,11 @@ def adam_update(g, m, v, count: Tensor, b1: float, b2: float, eps: float):
         and dtypes.promote(mi.dtype, gi.dtype) == mi.dtype
         and dtypes.promote(vi.dtype, gi.dtype) == vi.dtype
     ):
-        outs = bind(adam_p, [gi, mi, vi, to_impl(count)], (b1, b2, eps))
+        outs = bind(adam_p, [gi, mi, vi, to_impl(count)], (b1, b2, eps, scale))
         return tuple(Tensor._wrap(o) for o in outs)
     gt, mt, vt = Tensor._wrap(gi), Tensor._wrap(mi), Tensor._wrap(vi)
     t = Tensor._wrap(to_impl(count)).astype(dtypes.float32)
-    return adam_formula(gt, mt, vt, t, b1, b2, eps, (expm1, sqrt, _cast))
+    return adam_formula(gt, mt, vt, t, b1, b2, eps, (expm1, sqrt, _cast), scale)
 
 
 # ---- softmax cross-entropy with integer targets ---------------------------------------------
