@@ -43,7 +43,11 @@ a tiny unrelated model in each framework: PyTorch's first ``optimizer.step()`` i
 ``torch._dynamo``, about 1 s); after it the largest absolute difference of every
 peer's parameters to JAX's is printed. *Steady epochs*: fresh runners from the same weights train
 2 warm-up epochs each and then the timed epochs, the peers taking turns epoch by epoch in an
-order rotated every round; reported are the median and the best timed epoch. *Accuracy*: each
+order rotated every round, after a ``--settle`` sleep (default 0.01 s, so thread pools that
+spin-wait go idle); reported are the median and the best timed epoch. Measured on a 2-core VM:
+the sleep, or a multi-threaded PyTorch epoch just before, slows eager nablax's next epoch more than
+the other peers' (its Python thread and XLA's threads hand work to each other every step, and a
+vCPU that went idle wakes up late); ``--settle 0`` shows the back-to-back figures. *Accuracy*: each
 peer's own forward pass on the 325 test samples after those runs. *Compiles*: XLA backend
 compilations (counted with a ``jax.monitoring`` listener on JAX's
 ``/jax/core/compile/backend_compile_duration`` event, which nablax's programs go through too)
@@ -425,6 +429,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=None, help="timed epochs per peer (default 40)")
     p.add_argument("--markdown", action="store_true", help="also print a markdown table")
     p.add_argument("--profile", action="store_true", help="also profile an eager nablax epoch")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=0.01,
+        help="seconds of sleep before each timed epoch (default 0.01; 0 runs the epochs back to "
+        "back, as a training loop does)",
+    )
     args = p.parse_args(argv)
     epochs = args.epochs or (8 if args.quick else 40)
     t_start = time.perf_counter()
@@ -437,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         f"digits: {N_TRAIN} training samples in {len(batches)} batches of {BATCH} per epoch, "
         f"{len(y_test)} test samples; MLP {'-'.join(map(str, SIZES))}, float32, softmax "
         f"cross-entropy, Adam lr={LR:g}; epoch 1 from empty caches, then {WARMUP} warm-up and "
-        f"{epochs} timed epochs per peer (each ends with every parameter computed)",
+        f"{epochs} timed epochs per peer (each ends with every parameter computed; "
+        f"{args.settle:g} s of sleep before each)",
         flush=True,
     )
 
@@ -465,7 +477,9 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(WARMUP):
             r.start()
             r.finish()
-    times = time_blocks({k: (r.start, r.finish) for k, r in runners.items()}, epochs, 1)
+    times = time_blocks(
+        {k: (r.start, r.finish) for k, r in runners.items()}, epochs, 1, settle_s=args.settle
+    )
     torch.set_num_threads(default_threads)
     med, low = med_best(times)
     ms = {k: v * 1e3 for k, v in med.items()}
