@@ -73,6 +73,7 @@ def time_blocks(
     rounds: int,
     block: int,
     settle_s: float = 0.01,
+    warm: int = 0,
 ) -> dict[str, list[float]]:
     """Seconds per step of each timed block, per peer.
 
@@ -82,7 +83,10 @@ def time_blocks(
     one block each per round, in an order rotated every round (no peer always runs right after the
     same one), so load from other processes hits them alike. Before each block the script sleeps
     ``settle_s`` (untimed): thread pools that spin-wait after their last task (PyTorch's OpenMP
-    workers) go idle instead of competing with the next peer's clock.
+    workers) go idle instead of competing with the next peer's clock. ``warm`` untimed blocks of
+    the same peer run right before each timed one (after the sleep): the timed block then sees that
+    peer's own steady state (its threads awake, its data in the caches), not the state the previous
+    peer left behind.
     """
     names = list(peers)
     times: dict[str, list[float]] = {name: [] for name in names}
@@ -92,6 +96,10 @@ def time_blocks(
             step, sync = peers[name]
             if settle_s:
                 time.sleep(settle_s)
+            for _ in range(warm * block):
+                step()
+            if warm:
+                sync()
             t0 = time.perf_counter()
             for _ in range(block):
                 step()

@@ -47,7 +47,9 @@ order rotated every round, after a ``--settle`` sleep (default 0.01 s, so thread
 spin-wait go idle); reported are the median and the best timed epoch. Measured on a 2-core VM:
 the sleep, or a multi-threaded PyTorch epoch just before, slows eager nablax's next epoch more than
 the other peers' (its Python thread and XLA's threads hand work to each other every step, and a
-vCPU that went idle wakes up late); ``--settle 0`` shows the back-to-back figures. *Accuracy*: each
+vCPU that went idle wakes up late); ``--settle 0`` shows the back-to-back figures, and ``--warm 1``
+runs one untimed epoch of the same peer right before each timed one (each peer's own steady state,
+whatever ran before it). *Accuracy*: each
 peer's own forward pass on the 325 test samples after those runs. *Compiles*: XLA backend
 compilations (counted with a ``jax.monitoring`` listener on JAX's
 ``/jax/core/compile/backend_compile_duration`` event, which nablax's programs go through too)
@@ -436,6 +438,12 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds of sleep before each timed epoch (default 0.01; 0 runs the epochs back to "
         "back, as a training loop does)",
     )
+    p.add_argument(
+        "--warm",
+        type=int,
+        default=0,
+        help="untimed epochs of the same peer right before each timed one (default 0)",
+    )
     args = p.parse_args(argv)
     epochs = args.epochs or (8 if args.quick else 40)
     t_start = time.perf_counter()
@@ -449,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(y_test)} test samples; MLP {'-'.join(map(str, SIZES))}, float32, softmax "
         f"cross-entropy, Adam lr={LR:g}; epoch 1 from empty caches, then {WARMUP} warm-up and "
         f"{epochs} timed epochs per peer (each ends with every parameter computed; "
-        f"{args.settle:g} s of sleep before each)",
+        f"{args.settle:g} s of sleep and {args.warm} untimed epoch(s) of the same peer before "
+        "each)",
         flush=True,
     )
 
@@ -478,7 +487,11 @@ def main(argv: list[str] | None = None) -> int:
             r.start()
             r.finish()
     times = time_blocks(
-        {k: (r.start, r.finish) for k, r in runners.items()}, epochs, 1, settle_s=args.settle
+        {k: (r.start, r.finish) for k, r in runners.items()},
+        epochs,
+        1,
+        settle_s=args.settle,
+        warm=args.warm,
     )
     torch.set_num_threads(default_threads)
     med, low = med_best(times)
