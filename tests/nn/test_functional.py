@@ -12,7 +12,7 @@ import pytest
 
 import nablax as nx
 import nablax.nn.functional as F
-from nablax.errors import DTypeError
+from nablax.errors import DTypeError, ShapeError
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -131,6 +131,74 @@ def test_cross_entropy_probability_targets():
     )
 
 
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"reduction": "sum"},
+        {"reduction": "none"},
+        {"label_smoothing": 0.2},
+        {"ignore_index": 2, "label_smoothing": 0.1},
+        {"ignore_index": 2, "reduction": "none"},
+    ],
+    ids=str,
+)
+def test_cross_entropy_class_weights(kw):
+    """``weight=``: values and gradients (logits and weights) against torch; ``'mean'`` divides
+    by the counted targets' weights."""
+    weight = _rng("cew").uniform(0.5, 2.0, 4).astype(np.float32)
+    labels = np.array([0, 2, 3, 1, 2, 0], np.int32)
+    _check(
+        f"ce_weight{kw}",
+        lambda a, y, w: F.cross_entropy(a, y, w, **kw),
+        lambda a, y, w: TF.cross_entropy(a, y.long(), w, **kw),
+        [_x("cewl", 6, 4, scale=2.0), labels, weight],
+        diff=[0],  # torch does not differentiate the weight of integer targets
+    )
+    spatial = _rng("cews").integers(0, 4, (2, 3, 5)).astype(np.int32)
+    _check(
+        f"ce_weight_spatial{kw}",
+        lambda a, y, w: F.cross_entropy(a, y, w, **kw),
+        lambda a, y, w: TF.cross_entropy(a, y.long(), w, **kw),
+        [_x("cewsl", 2, 4, 3, 5), spatial, weight],
+        diff=[0],
+    )
+    if "ignore_index" in kw:  # not a parameter of probability targets
+        return
+    probs = np.abs(_x("cewp", 3, 4)) + 0.1
+    _check(
+        f"ce_weight_probs{kw}",
+        lambda a, p, w: F.cross_entropy(a, p, w, **kw),
+        lambda a, p, w: TF.cross_entropy(a, p, w, **kw),
+        [_x("cewpl", 3, 4), (probs / probs.sum(1, keepdims=True)).astype(np.float32), weight],
+        diff=[0, 2],
+    )
+
+
+def test_cross_entropy_weight_gradient_matches_jax():
+    """torch has no gradient for the class weights of integer targets; JAX's of the same formula."""
+    import jax
+    import jax.numpy as jnp
+
+    x, w = _x("cegx", 6, 4), _rng("cegw").uniform(0.5, 2.0, 4).astype(np.float32)
+    y = np.array([0, 2, 3, 1, 2, -100], np.int32)
+
+    def ref(w):
+        logp = jax.nn.log_softmax(x, axis=1)
+        ok = y != -100
+        c = np.where(ok, y, 0)
+        w_y = jnp.where(ok, w[c], 0.0)
+        picked = logp[np.arange(6), c]
+        smooth = -(logp * w).sum(1)
+        loss = jnp.where(ok, 0.9 * -(w_y * picked) + 0.1 / 4 * smooth, 0.0)
+        return loss.sum() / w_y.sum()
+
+    got = nx.grad(lambda w: F.cross_entropy(nx.tensor(x), nx.tensor(y), w, label_smoothing=0.1))(
+        nx.tensor(w)
+    )
+    np.testing.assert_allclose(got.numpy(), np.asarray(jax.grad(ref)(w)), rtol=1e-5, atol=1e-6)
+
+
 def test_cross_entropy_errors():
     with pytest.raises(ValueError, match=r"cross_entropy.*targets \(3,\).*expected \(2,\)"):
         F.cross_entropy(nx.ones((2, 4)), nx.tensor([0, 1, 2]))
@@ -140,6 +208,10 @@ def test_cross_entropy_errors():
         F.cross_entropy(nx.ones((2, 4)), nx.tensor([0, 1]), reduction="avg")
     with pytest.raises(TypeError, match=r"cross_entropy: needs a float tensor, got int32"):
         F.cross_entropy(nx.tensor([[1, 2]]), nx.tensor([0]))
+    with pytest.raises(ValueError, match=r"cross_entropy: weight has shape \(3,\).*4 classes"):
+        F.cross_entropy(nx.ones((2, 4)), nx.tensor([0, 1]), nx.ones(3))
+    with pytest.raises(TypeError, match=r"cross_entropy: weight is int32"):
+        F.cross_entropy(nx.ones((2, 4)), nx.tensor([0, 1]), nx.tensor([1, 1, 1, 1]))
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
@@ -222,6 +294,9 @@ def test_conv2d_unbatched_and_errors():
         {"kernel_size": (2, 3), "stride": (1, 2)},
         {"kernel_size": 3, "stride": 2, "ceil_mode": True},
         {"kernel_size": 2, "stride": 2, "padding": 1, "ceil_mode": True},
+        {"kernel_size": 2, "dilation": 2},
+        {"kernel_size": (2, 3), "stride": 1, "dilation": (3, 1)},
+        {"kernel_size": 3, "stride": 2, "padding": 1, "dilation": 2, "ceil_mode": True},
     ],
     ids=str,
 )
@@ -237,6 +312,16 @@ def test_max_pool2d(kw):
         {"kernel_size": 3, "stride": 2, "padding": 1},
         {"kernel_size": 3, "stride": 2, "padding": 1, "count_include_pad": False},
         {"kernel_size": (2, 3), "divisor_override": 5},
+        {"kernel_size": 2, "ceil_mode": True},
+        {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True},
+        {
+            "kernel_size": 3,
+            "stride": 2,
+            "padding": 1,
+            "ceil_mode": True,
+            "count_include_pad": False,
+        },
+        {"kernel_size": (2, 3), "stride": (3, 2), "ceil_mode": True, "divisor_override": 4},
     ],
     ids=str,
 )
@@ -248,8 +333,38 @@ def test_avg_pool2d(kw):
 def test_pool_errors():
     with pytest.raises(ValueError, match=r"max_pool2d: padding \(2, 2\) must be at most half"):
         F.max_pool2d(nx.ones((1, 1, 8, 8)), 2, padding=2)
-    with pytest.raises(NotImplementedError, match="ceil_mode"):
-        F.avg_pool2d(nx.ones((1, 1, 8, 8)), 3, ceil_mode=True)
+    with pytest.raises(ShapeError, match=r"max_pool2d: kernel_size \(3, 3\) is larger"):
+        F.max_pool2d(nx.ones((1, 1, 4, 4)), 3, dilation=2)  # spans 5 elements
+
+
+def test_dilated_max_pool2d_ties_nan_and_ints_follow_torch():
+    # JAX differentiates no dilated max reduce_window: nablax picks from strided slices, and the
+    # gradient of a tied window goes to its first element in row-major order, as torch's
+    z = np.zeros((1, 2, 7, 7), np.float32)
+    z[0, 1, 2, 2] = np.nan
+    kw = {"kernel_size": 3, "stride": 2, "dilation": 2, "padding": 1}
+    tz = torch.tensor(z, requires_grad=True)
+    want = TF.max_pool2d(tz, **kw)
+    got = F.max_pool2d(nx.tensor(z), **kw)
+    np.testing.assert_array_equal(got.numpy(), want.detach().numpy())  # NaN where torch has it
+    want.sum().backward()
+    g = nx.grad(lambda t: F.max_pool2d(t, **kw).sum())(nx.tensor(z))
+    np.testing.assert_array_equal(g.numpy(), tz.grad.numpy())
+    xi = np.arange(2 * 3 * 6 * 6, dtype=np.int32).reshape(2, 3, 6, 6) % 7
+    got_i = F.max_pool2d(nx.tensor(xi), 2, dilation=2, ceil_mode=True)
+    want_i = TF.max_pool2d(torch.tensor(xi, dtype=torch.float32), 2, dilation=2, ceil_mode=True)
+    assert got_i.dtype == nx.int32
+    np.testing.assert_array_equal(got_i.numpy(), want_i.numpy().astype(np.int32))
+
+
+@pytest.mark.parametrize("cls", ["MaxPool2d", "AvgPool2d"])
+def test_pool_layers_take_torchs_arguments(cls):
+    kw = {"kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": True}
+    kw.update({"dilation": 2} if cls == "MaxPool2d" else {"count_include_pad": False})
+    x = _x("pl", 2, 3, 8, 7)
+    got = getattr(nx.nn, cls)(**kw)(nx.tensor(x)).numpy()
+    want = getattr(torch.nn, cls)(**kw)(torch.tensor(x)).numpy()
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
 def test_one_hot_and_dropout():

@@ -205,39 +205,59 @@ class Dropout(Module):
 
 
 class _Pool2d(Module):
-    """The pooling layers' configuration; ``_fn`` is the ``nn.functional`` form."""
+    """The pooling layers' common configuration."""
 
     kernel_size: Any = field(static=True)
     stride: Any = field(static=True, default=None)
     padding: Any = field(static=True, default=0)
-    _fn = staticmethod(F.max_pool2d)
-
-    def __call__(self, x) -> Tensor:
-        return type(self)._fn(x, self.kernel_size, self.stride, self.padding)
 
 
 class MaxPool2d(_Pool2d):
-    """``nn.functional.max_pool2d`` as a layer.
+    """``nn.functional.max_pool2d`` as a layer (``torch.nn.MaxPool2d``'s arguments, without
+    ``return_indices``).
 
     >>> import nablax as nx
     >>> from nablax import nn
     >>> nn.MaxPool2d(2)(nx.ones((1, 3, 8, 8))).shape
     (1, 3, 4, 4)
+    >>> nn.MaxPool2d(3, stride=2, dilation=2, ceil_mode=True)(nx.ones((1, 3, 8, 8))).shape
+    (1, 3, 3, 3)
     """
 
-    _fn = staticmethod(F.max_pool2d)
+    dilation: Any = field(static=True, default=1)
+    ceil_mode: bool = field(static=True, default=False)
+
+    def __call__(self, x) -> Tensor:
+        return F.max_pool2d(
+            x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode
+        )
 
 
 class AvgPool2d(_Pool2d):
-    """``nn.functional.avg_pool2d`` as a layer.
+    """``nn.functional.avg_pool2d`` as a layer (``torch.nn.AvgPool2d``'s arguments).
 
     >>> import nablax as nx
     >>> from nablax import nn
     >>> nn.AvgPool2d(2)(nx.ones((1, 3, 8, 8))).shape
     (1, 3, 4, 4)
+    >>> nn.AvgPool2d(2, ceil_mode=True)(nx.ones((1, 3, 7, 7))).shape
+    (1, 3, 4, 4)
     """
 
-    _fn = staticmethod(F.avg_pool2d)
+    ceil_mode: bool = field(static=True, default=False)
+    count_include_pad: bool = field(static=True, default=True)
+    divisor_override: Any = field(static=True, default=None)
+
+    def __call__(self, x) -> Tensor:
+        return F.avg_pool2d(
+            x,
+            self.kernel_size,
+            self.stride,
+            self.padding,
+            self.ceil_mode,
+            self.count_include_pad,
+            self.divisor_override,
+        )
 
 
 class Flatten(Module):

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from ..core import dtypes
 from ..core.ops import creation as _cr
 from ..core.ops import elementwise as _ew
@@ -140,6 +142,7 @@ def log_softmax(input, dim: int = -1) -> Tensor:
 def cross_entropy(
     input,
     target,
+    weight=None,
     *,
     reduction: str = "mean",
     label_smoothing: float = 0.0,
@@ -148,12 +151,16 @@ def cross_entropy(
     """Cross entropy of logits ``input`` ``(N, C)`` or ``(N, C, d1, ...)`` (or ``(C,)``) with integer
     class ``target`` ``(N,)`` / ``(N, d1, ...)`` (or class probabilities of ``input``'s shape), as
     ``torch.nn.functional.cross_entropy``: ``reduction`` ``'mean'`` (over the targets not equal to
-    ``ignore_index``), ``'sum'`` or ``'none'``, and ``label_smoothing`` in ``[0, 1]``.
+    ``ignore_index``), ``'sum'`` or ``'none'``, and ``label_smoothing`` in ``[0, 1]``. ``weight``,
+    a float ``(C,)`` tensor, rescales each class's terms; with integer targets, ``'mean'`` then
+    divides by the sum of the targets' weights (PyTorch's rule).
 
     >>> import nablax as nx, nablax.nn.functional as F
     >>> logits = nx.tensor([[1.0, 2.0, 0.5], [0.1, 0.2, 3.0]])
     >>> round(F.cross_entropy(logits, nx.tensor([1, 2])).item(), 4)
     0.287
+    >>> round(F.cross_entropy(logits, nx.tensor([1, 2]), nx.tensor([1.0, 3.0, 1.0])).item(), 4)
+    0.3757
     """
     name = "nn.functional.cross_entropy"
     x = _float("cross_entropy", input)
@@ -164,6 +171,7 @@ def cross_entropy(
         raise op_error(ShapeError, name, "input must have a class axis, got a 0-d tensor")
     c_axis = 0 if x.ndim == 1 else 1
     n_cls = x.shape[c_axis]
+    w = None if weight is None else _class_weight(name, weight, x, c_axis)
     if dtypes.is_floating(y.dtype):  # class probabilities
         logp = _nn.log_softmax(x, axis=c_axis)
         if y.shape != x.shape:
@@ -174,6 +182,8 @@ def cross_entropy(
             )
         if label_smoothing:
             y = y * (1.0 - label_smoothing) + label_smoothing / n_cls
+        if w is not None:
+            logp = logp * _sh.reshape(w, (n_cls,) + (1,) * (x.ndim - c_axis - 1))
         return _reduce("cross_entropy", -(y * logp).sum(axis=c_axis), reduction, None)
     expected = x.shape[:c_axis] + x.shape[c_axis + 1 :]
     if y.shape != expected:
@@ -192,10 +202,53 @@ def cross_entropy(
             f"target is {y.dtype}: give integer class indices or float class probabilities",
             "cast it with target.astype(nx.int32)",
         )
+    if w is not None:
+        return _weighted_cross_entropy(x, y, w, c_axis, ignore_index, label_smoothing, reduction)
     # one node (core/prims/fused.py): log-softmax, the target's log-probability as a masked sum
     # over the class axis (not a gather: it fuses, and a split batch stays split), smoothing,
     # ignore_index and the reduction
     return _fused.cross_entropy(x, y, c_axis, ignore_index, label_smoothing, reduction)
+
+
+def _class_weight(name: str, weight, x: Tensor, c_axis: int) -> Tensor:
+    """``weight`` checked: float, one entry per class of ``x`` (class axis ``c_axis``)."""
+    w = _t(weight)
+    n_cls = x.shape[c_axis]
+    if w.shape != (n_cls,):
+        raise op_error(
+            ShapeError,
+            name,
+            f"weight has shape {w.shape}, but input {x.shape} has {n_cls} classes on axis {c_axis}",
+            f"give one weight per class, shape ({n_cls},)",
+        )
+    if not dtypes.is_floating(w.dtype):
+        raise op_error(
+            DTypeError,
+            name,
+            f"weight is {w.dtype}",
+            "give float weights, e.g. w.astype(nx.float32)",
+        )
+    return w.astype(x.dtype)
+
+
+def _weighted_cross_entropy(x, y, w, c_axis, ignore_index, label_smoothing, reduction) -> Tensor:
+    """Integer-target cross-entropy with class weights ``w`` ``(C,)``, as PyTorch: the target's term times its class weight, the smoothing term summed over the
+    classes with their weights, and ``'mean'`` divided by the sum of the counted targets' weights."""
+    n_cls = x.shape[c_axis]
+    logp = _nn.log_softmax(x, axis=c_axis)
+    valid = y != ignore_index
+    cls = _ew.where(valid, y, 0).astype(dtypes.int32)
+    picked = _sh.squeeze(_ix.take_along_axis(logp, _sh.unsqueeze(cls, c_axis), axis=c_axis), c_axis)
+    w_y = _ix.take(w, cls)  # each target's class weight
+    loss = -(w_y * picked)
+    if label_smoothing:
+        w_b = _sh.reshape(w, (n_cls,) + (1,) * (x.ndim - c_axis - 1))  # along the class axis
+        smooth = -(logp * w_b).sum(axis=c_axis)
+        loss = (1.0 - label_smoothing) * loss + (label_smoothing / n_cls) * smooth
+    loss = _ew.where(valid, loss, 0.0)
+    if reduction == "mean":
+        return loss.sum() / _ew.where(valid, w_y, 0.0).sum()
+    return _reduce("cross_entropy", loss, reduction)
 
 
 def mse_loss(input, target, reduction: str = "mean") -> Tensor:
@@ -360,7 +413,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
     return _sh.squeeze(y, 0) if unbatched else y
 
 
-def _pool_geometry(name, x, kernel_size, stride, padding, ceil_mode):
+def _pool_geometry(name, x, kernel_size, stride, padding, ceil_mode, dilation=(1, 1)):
+    """``(kernel, stride, ((lo, hi) padding per spatial dim))`` of a torch pooling call: ``hi``
+    adds, with ``ceil_mode``, the overhang of the last window past the padded input."""
     k = _pair(name, "kernel_size", kernel_size)
     s = k if stride is None or stride == () else _pair(name, "stride", stride)
     p = _pair(name, "padding", padding)
@@ -371,7 +426,8 @@ def _pool_geometry(name, x, kernel_size, stride, padding, ceil_mode):
                 ValueError, op, f"padding {p} must be at most half of kernel_size {k} (as PyTorch)"
             )
     pads = []
-    for size, ki, si, pi in zip(x.shape[2:], k, s, p):
+    for size, ki, si, pi, di in zip(x.shape[2:], k, s, p, dilation):
+        ki = di * (ki - 1) + 1  # the span of a dilated window
         span = size + 2 * pi - ki
         if span < 0:
             raise op_error(
@@ -386,20 +442,55 @@ def _pool_geometry(name, x, kernel_size, stride, padding, ceil_mode):
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode: bool = False):
     """Max over ``kernel_size`` windows (``stride`` defaults to ``kernel_size``; padding is
-    ``-inf``), as ``torch.nn.functional.max_pool2d``.
+    ``-inf``; ``dilation`` spaces a window's elements), as ``torch.nn.functional.max_pool2d``.
 
     >>> import nablax as nx, nablax.nn.functional as F
     >>> F.max_pool2d(nx.arange(16.0).reshape(1, 1, 4, 4), 2).tolist()
     [[[[5.0, 7.0], [13.0, 15.0]]]]
+    >>> F.max_pool2d(nx.arange(16.0).reshape(1, 1, 4, 4), 2, stride=1, dilation=2).tolist()
+    [[[[10.0, 11.0], [14.0, 15.0]]]]
     """
-    if _pair("max_pool2d", "dilation", dilation) != (1, 1):
-        raise NotImplementedError("nn.functional.max_pool2d: dilation > 1 is not supported yet")
+    dil = _pair("max_pool2d", "dilation", dilation)
     x, unbatched = _nchw("max_pool2d", _t(input))
-    k, s, pads = _pool_geometry("max_pool2d", x, kernel_size, stride, padding, ceil_mode)
-    y = _win.reduce_window(
-        x, "max", (1, 1) + k, (1, 1) + s, ((0, 0), (0, 0)) + pads, op="nn.functional.max_pool2d"
-    )
+    k, s, pads = _pool_geometry("max_pool2d", x, kernel_size, stride, padding, ceil_mode, dil)
+    if dil == (1, 1):
+        y = _win.reduce_window(
+            x, "max", (1, 1) + k, (1, 1) + s, ((0, 0), (0, 0)) + pads, op="nn.functional.max_pool2d"
+        )
+    else:
+        y = _dilated_max_pool(x, k, s, pads, dil)
     return _sh.squeeze(y, 0) if unbatched else y
+
+
+def _dilated_max_pool(x: Tensor, k, s, pads, dil) -> Tensor:
+    """``max_pool2d`` with a dilated window, from strided slices: JAX differentiates no dilated
+    ``reduce_window`` max. Each of the ``kh * kw`` window positions is one strided slice of the
+    padded input; the maximum is picked with the first ``argmax`` in row-major window order, so
+    the gradient goes to that one element, as PyTorch's (a NaN is the maximum, as there)."""
+    if dtypes.is_floating(x.dtype):
+        low: Any = -math.inf
+    elif x.dtype == dtypes.bool_:
+        low = False
+    else:
+        low = int(np.iinfo(x.dtype).min)
+    xp = _sh.pad(x, ((0, 0), (0, 0)) + tuple(pads), constant_values=low)
+    out = [
+        (n + lo + hi - (d * (kk - 1) + 1)) // ss + 1
+        for n, (lo, hi), kk, ss, d in zip(x.shape[2:], pads, k, s, dil)
+    ]
+    views = [
+        xp[
+            :,
+            :,
+            i * dil[0] : i * dil[0] + (out[0] - 1) * s[0] + 1 : s[0],
+            j * dil[1] : j * dil[1] + (out[1] - 1) * s[1] + 1 : s[1],
+        ]
+        for i in range(k[0])
+        for j in range(k[1])
+    ]
+    stacked = _sh.stack(views, axis=-1)
+    first = _red.argmax(stacked, axis=-1, keepdims=True)
+    return _sh.squeeze(_ix.take_along_axis(stacked, first, axis=-1), -1)
 
 
 def avg_pool2d(
@@ -411,29 +502,40 @@ def avg_pool2d(
     count_include_pad: bool = True,
     divisor_override=None,
 ):
-    """Mean over ``kernel_size`` windows, as ``torch.nn.functional.avg_pool2d`` (zero padding
-    counted unless ``count_include_pad=False``; ``divisor_override`` replaces the divisor).
+    """Mean over ``kernel_size`` windows, as ``torch.nn.functional.avg_pool2d``: the divisor
+    counts the zero padding unless ``count_include_pad=False``, but never the part of a
+    ``ceil_mode`` window past the padded input; ``divisor_override`` replaces it.
 
     >>> import nablax as nx, nablax.nn.functional as F
     >>> F.avg_pool2d(nx.arange(16.0).reshape(1, 1, 4, 4), 2).tolist()
     [[[[2.5, 4.5], [10.5, 12.5]]]]
+    >>> F.avg_pool2d(nx.arange(9.0).reshape(1, 1, 3, 3), 2, ceil_mode=True).tolist()
+    [[[[2.0, 3.5], [6.5, 8.0]]]]
     """
-    if ceil_mode:
-        raise NotImplementedError(
-            "nn.functional.avg_pool2d: ceil_mode=True is not supported yet (its divisor for the "
-            "last window differs); pad the input instead"
-        )
     x, unbatched = _nchw("avg_pool2d", _float("avg_pool2d", input))
-    k, s, pads = _pool_geometry("avg_pool2d", x, kernel_size, stride, padding, False)
+    k, s, pads = _pool_geometry("avg_pool2d", x, kernel_size, stride, padding, ceil_mode)
     args = ((1, 1) + k, (1, 1) + s, ((0, 0), (0, 0)) + pads)
     total = _win.reduce_window(x, "sum", *args, op="nn.functional.avg_pool2d")
+    p = _pair("avg_pool2d", "padding", padding)
     if divisor_override is not None:
         y = total / divisor_override
-    elif count_include_pad or all(p == (0, 0) for p in pads):
-        y = total / math.prod(k)
+    elif all(lo == hi == 0 for lo, hi in pads) or (
+        count_include_pad and all(hi == lo for lo, hi in pads)
+    ):
+        y = total / math.prod(k)  # every window covers k elements that count
     else:
-        ones = _cr.ones((1, 1) + x.shape[2:], dtype=x.dtype)
-        y = total / _win.reduce_window(ones, "sum", *args, op="nn.functional.avg_pool2d")
+        # the divisor of each window: how many of its elements count, from a window sum of ones
+        # over the counted region (the input, or the input with its padding)
+        if count_include_pad:
+            region = tuple(n + 2 * q for n, q in zip(x.shape[2:], p))
+            inner = tuple((0, hi - lo) for lo, hi in pads)  # only the ceil_mode overhang is empty
+        else:
+            region, inner = x.shape[2:], pads
+        ones = _cr.ones((1, 1) + region, dtype=x.dtype)
+        count = _win.reduce_window(
+            ones, "sum", args[0], args[1], ((0, 0), (0, 0)) + inner, op="nn.functional.avg_pool2d"
+        )
+        y = total / count
     return _sh.squeeze(y, 0) if unbatched else y
 
 
