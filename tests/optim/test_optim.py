@@ -559,6 +559,14 @@ def test_adam_with_a_folded_lr_equals_the_separate_scale_and_keeps_optax_states(
         np.testing.assert_array_equal(p1["w"].numpy(), p2["w"].numpy(), err_msg=f"step {step}")
     for a, b in zip(nx.tree.leaves(s1), nx.tree.leaves(s2)):
         np.testing.assert_array_equal(np.asarray(a.numpy()), np.asarray(b.numpy()))
+    # NumPy scalars and ints fold too, as Python floats: float32 updates equal to the plain chain's
+    for lr in (np.float64(3e-3), np.float32(3e-3), 1):
+        u1, _ = optim.adam(lr).update(g, fused_opt.init(params), params)
+        u2, _ = optim.chain(optim.scale_by_adam(), optim.scale(-float(lr))).update(
+            g, plain_opt.init(params), params
+        )
+        assert "multiply" not in _graph_prims(u1) and u1["w"].dtype == nx.float32
+        np.testing.assert_array_equal(u1["w"].numpy(), u2["w"].numpy(), err_msg=repr(lr))
     # a schedule or a tensor lr keeps the separate scaling stage
     sched = optim.adam(lambda count: 1e-3)
     u, _ = sched.update(g, sched.init(params), params)

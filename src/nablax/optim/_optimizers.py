@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.tensor import Tensor
 from ..errors import op_error
 from ._base import GradientTransformation, api_name, check_lr, check_range, make_chain
 from ._transforms import (
@@ -72,8 +73,10 @@ def adam(
     api = api_name("adam")
     lr = check_lr(api, lr)
     b1, b2, eps = check_betas(api, b1, b2, eps)
-    if isinstance(lr, float):  # a constant: -lr is folded into the fused Adam node
-        return make_chain((_scale_by_adam(b1, b2, eps, api, -lr), scaled_upstream(api)), api)
+    if not isinstance(lr, Tensor) and not callable(lr):
+        # a number (check_lr): -lr is folded into the fused Adam node, as a Python float (a
+        # NumPy scalar would be a strongly typed constant of the program)
+        return make_chain((_scale_by_adam(b1, b2, eps, api, -float(lr)), scaled_upstream(api)), api)
     return make_chain((_scale_by_adam(b1, b2, eps, api), _scale_by_learning_rate(lr, api)), api)
 
 
