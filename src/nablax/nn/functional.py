@@ -232,8 +232,9 @@ def _class_weight(name: str, weight, x: Tensor, c_axis: int) -> Tensor:
 
 
 def _weighted_cross_entropy(x, y, w, c_axis, ignore_index, label_smoothing, reduction) -> Tensor:
-    """Integer-target cross-entropy with class weights ``w`` ``(C,)``, as PyTorch: the target's term times its class weight, the smoothing term summed over the
-    classes with their weights, and ``'mean'`` divided by the sum of the counted targets' weights."""
+    """Integer-target cross-entropy with class weights ``w`` ``(C,)``, as PyTorch: the target's
+    term times its class weight, the smoothing term summed over the classes with their weights,
+    and ``'mean'`` divided by the sum of the counted targets' weights."""
     n_cls = x.shape[c_axis]
     logp = _nn.log_softmax(x, axis=c_axis)
     valid = y != ignore_index
@@ -516,7 +517,6 @@ def avg_pool2d(
     k, s, pads = _pool_geometry("avg_pool2d", x, kernel_size, stride, padding, ceil_mode)
     args = ((1, 1) + k, (1, 1) + s, ((0, 0), (0, 0)) + pads)
     total = _win.reduce_window(x, "sum", *args, op="nn.functional.avg_pool2d")
-    p = _pair("avg_pool2d", "padding", padding)
     if divisor_override is not None:
         y = total / divisor_override
     elif all(lo == hi == 0 for lo, hi in pads) or (
@@ -527,7 +527,7 @@ def avg_pool2d(
         # the divisor of each window: how many of its elements count, from a window sum of ones
         # over the counted region (the input, or the input with its padding)
         if count_include_pad:
-            region = tuple(n + 2 * q for n, q in zip(x.shape[2:], p))
+            region = tuple(n + 2 * lo for n, (lo, _) in zip(x.shape[2:], pads))
             inner = tuple((0, hi - lo) for lo, hi in pads)  # only the ceil_mode overhang is empty
         else:
             region, inner = x.shape[2:], pads
