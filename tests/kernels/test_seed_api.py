@@ -323,9 +323,16 @@ def test_autotune_picks_the_fastest_and_reports_failures():
         assert FakeTuner(table).autotune(broken, (x, w), {}, [Reps(30), Reps(300)]) is None
     with pytest.raises(ValueError, match=r"Tuner.autotune: candidates is empty.*Fix"):
         Tuner().autotune(make, (x, w), {}, [])
-    # real timing: 3000 vs 3 dependent steps
+    # real timing: 3000 vs 3 dependent steps. A median of 5 runs can still lose to a machine
+    # whose cores are taken by other processes (it did once, on 2 shared cores), so the check
+    # gets three tries: a timer that is wrong picks Reps(3000) every time.
     x32, w32 = jnp.ones((32, 32)), jnp.eye(32)
-    assert Tuner(warmup=1, iters=5).autotune(make, (x32, w32), {}, [Reps(3000), Reps(3)]) == Reps(3)
+    picks = []
+    for _ in range(3):
+        picks.append(Tuner(warmup=1, iters=5).autotune(make, (x32, w32), {}, [Reps(3000), Reps(3)]))
+        if picks[-1] == Reps(3):
+            break
+    assert picks[-1] == Reps(3), picks
 
 
 def test_tuners_written_against_the_seed_protocol_drive_the_chain(tmp_path):
