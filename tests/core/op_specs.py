@@ -339,6 +339,7 @@ _EDGES = {
     "exp2": [-np.inf, -200.0, 0.0, 3.0, 200.0, np.inf],
     "reciprocal": [-2.0, -0.0, 0.0, 0.5, np.inf],
     "trunc": [-2.5, -1.0, -0.5, 0.0, 0.5, 2.5, np.inf, np.nan],
+    "relu": [-np.inf, -1.0, -0.0, 0.0, 2.0, np.inf, np.nan],  # NaN stays NaN, derivative 0 at 0
 }
 
 
@@ -832,7 +833,8 @@ spec(
 # ---- activations (jax.nn) --------------------------------------------------------------------
 
 _ACT_CASES = unary("small", shapes=((3, 4), (), (0, 2), (7,)))
-spec("relu", nx.relu, jax.nn.relu, _ACT_CASES, NUMERIC, ["greater", "select"])
+spec("relu", nx.relu, jax.nn.relu, unary_edges("relu", "small"), NUMERIC, ["relu"])
+spec("relu_bool", nx.relu, jax.nn.relu, unary(), (BOOL,), ["select"])
 spec(
     "gelu",
     nx.gelu,
@@ -1806,7 +1808,7 @@ _METHODS = [
     ("minimum", lambda x: x.minimum(x.T.T), lambda x: jnp.minimum(x, x), NUMERIC, ["minimum"]),
     ("dot", lambda x: x.dot(x.T), None, NUMERIC, ["einsum"]),
     ("matmul", lambda x: x.matmul(x.T), lambda x: x @ x.T, NUMERIC, ["einsum"]),
-    ("relu", lambda x: x.relu(), lambda x: jax.nn.relu(x), NUMERIC, ["greater", "select"]),
+    ("relu", lambda x: x.relu(), lambda x: jax.nn.relu(x), NUMERIC, ["relu"]),
     ("softmax", lambda x: x.softmax(), lambda x: jax.nn.softmax(x), FLOATS, ["exp"]),
     ("log_softmax", lambda x: x.log_softmax(), lambda x: jax.nn.log_softmax(x), FLOATS, ["log"]),
     ("exp", lambda x: x.exp(), lambda x: jnp.exp(x), FLOATS, ["exp"]),

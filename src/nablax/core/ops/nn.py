@@ -7,6 +7,7 @@ import math
 
 from .. import dtypes
 from ..prims._util import norm_axes
+from ..prims.elementwise import relu as _relu
 from ..tensor import Tensor, to_impl
 from .elementwise import (
     astype,
@@ -31,9 +32,16 @@ def _t(x) -> Tensor:
 
 
 def relu(x) -> Tensor:
-    """``max(x, 0)``; its gradient at 0 is 0, as ``jax.nn.relu``'s."""
+    """``max(x, 0)`` as ``jax.nn.relu``: NaN stays NaN, and the gradient at 0 is 0.
+
+    >>> import nablax as nx
+    >>> nx.relu(nx.tensor([-1.0, 0.0, 2.0, float("nan")])).tolist()
+    [0.0, 0.0, 2.0, nan]
+    """
     t = x if isinstance(x, Tensor) else Tensor._wrap(to_impl(x))
-    return where(t > 0, t, 0)
+    if t.dtype == dtypes.bool_:
+        return where(t, 1, 0)  # as jax.nn.relu: an int32 0/1
+    return _relu(t)
 
 
 def gelu(x, approximate: bool = True) -> Tensor:

@@ -107,7 +107,10 @@ def _restricted(prim: Primitive, params, primals: list, diff_in: tuple, diff_out
     return f
 
 
-def _vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
+def vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
+    """The derived primitive ``vjp[name]``: inputs ``prim``'s primals then the cotangents of its
+    outputs ``diff_out``; outputs the cotangents of its inputs ``diff_in`` (``jax.vjp`` of the
+    lowering). Its params are ``(prim's params,)``."""
     key = ("vjp", prim, diff_in, diff_out)
     p = _derived.get(key)
     if p is not None:
@@ -185,7 +188,7 @@ def derived_from_jax(prim: Primitive) -> dict:
         res = [None] * len(primals)
         if not diff_in or not diff_out:
             return res
-        dp = _vjp_prim(prim, diff_in, diff_out)
+        dp = vjp_prim(prim, diff_in, diff_out)
         cts_in = [cast_like(cts[j], outs[j])._impl for j in diff_out]
         for i, r in zip(diff_in, bind(dp, _operand_impls(primals) + cts_in, (params,))):
             res[i] = Tensor._wrap(r)

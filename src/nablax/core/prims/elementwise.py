@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -37,7 +38,7 @@ from ..primitive import primitive
 from ..tensor import Tensor
 from . import _shard
 from ._batch import batched_elementwise
-from ._rules import NONDIFFERENTIABLE, unbroadcast
+from ._rules import NONDIFFERENTIABLE, unbroadcast, vjp_prim
 from ._util import broadcast_shapes
 from .elementwise_build import (
     _SCALARS,
@@ -327,6 +328,46 @@ _stop_gradient = primitive(
     shard=_shard.elementwise,
 )
 
+# ---- relu ---------------------------------------------------------------------------------------
+# One node instead of where(x > 0, x, 0), which built a mask the backward pass had to keep.
+
+
+def _relu_grad(y: Tensor, ct: Tensor) -> Tensor:
+    """``ct`` where ``x > 0``, else 0, read from the output ``y = relu(x)``: ``y > 0`` exactly where
+    ``x > 0`` (a NaN ``x`` gives a NaN ``y``, and both give 0, as jax.nn.relu's derivative), so the
+    backward pass reads the activation the next layer keeps anyway, as torch's does. One node: the
+    derived ``vjp[relu]`` (``jax.vjp`` of jax.nn.relu), evaluated at ``y``; it is linear in ``ct``
+    and flat in ``y``, so it is also the tangent map, and its own derivatives are JAX's."""
+    dp = vjp_prim(relu_p, (0,), (0,))
+    return Tensor._wrap(bind(dp, [y._impl, ct._impl], ((y.dtype,),))[0])
+
+
+def _relu_jvp(params, tangents, primals, outs):
+    t, y = tangents[0], outs[0]
+    if t is None or not _is_float_dtype(y.dtype):
+        return [None]
+    return [_relu_grad(y, astype(t, y.dtype))]
+
+
+def _relu_vjp(params, cts, primals, outs):
+    ct, y = cts[0], outs[0]
+    if ct is None or not _is_float_dtype(y.dtype):
+        return [None]
+    return [_relu_grad(y, astype(ct, y.dtype))]
+
+
+relu_p = primitive(
+    "relu",
+    elementwise_aval("relu", "real"),
+    cast_lower(jax.nn.relu),
+    jvp=_relu_jvp,
+    vjp=_relu_vjp,
+    rules=batched_elementwise,
+    shard=_shard.elementwise,
+    doc="max(x, 0) as jax.nn.relu: NaN stays NaN, the derivative at 0 is 0.",
+)
+
+
 # ---- builders --------------------------------------------------------------------------------
 
 _Builder = Callable[..., Tensor]
@@ -382,6 +423,11 @@ greater_equal: _Builder = _fns["greater_equal"]
 bitwise_and: _Builder = _fns["bitwise_and"]
 bitwise_or: _Builder = _fns["bitwise_or"]
 bitwise_xor: _Builder = _fns["bitwise_xor"]
+
+
+def relu(x) -> Tensor:
+    """``max(x, 0)`` of an int or float tensor, as ``jax.nn.relu`` (one node)."""
+    return _unary("relu", relu_p, "real", x)
 
 
 def round(x, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy name
