@@ -14,6 +14,9 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
+import nablax as nx
+from nablax.core import cpu_threads
+
 
 def environment(torch_module=None) -> str:
     """One line naming the machine, its current load and the library versions."""
@@ -28,23 +31,26 @@ def environment(torch_module=None) -> str:
 
 def xla_cpu_threads() -> int | None:
     """Size of XLA's CPU intra-op (Eigen) thread pool, counted from this process's thread names
-    (``tf_XLAEigen``, Linux only; call after JAX has run a computation). ``None`` if unknown."""
-    try:
-        names = []
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                names.append(f.read().strip())
-    except OSError:
-        return None
-    n = sum(1 for name in names if "XLAEigen" in name)
-    return n or None
+    (Linux only; call after JAX has run a computation). ``None`` if unknown."""
+    return len(cpu_threads.pool_threads()) or None
 
 
 def threads(torch_module=None) -> str:
     """One line stating the thread counts each backend computes with."""
     jax.block_until_ready(jax.numpy.ones((64, 64)) @ jax.numpy.ones((64, 64)))  # starts the pool
-    n_xla = xla_cpu_threads()
-    xla = f"{n_xla} (counted)" if n_xla else "unknown"
+    # nablax's scheduling policy for that pool (core/cpu_threads.py), set now rather than at
+    # nablax's first compile, so that every peer's epochs, jax.jit's included, run under it
+    cpu_threads.apply()
+    pool = cpu_threads.pool_threads()
+    if pool:
+        batch = sum(1 for t in pool if os.sched_getscheduler(t) == os.SCHED_BATCH)
+        policy = "SCHED_BATCH" if batch == len(pool) else "normal" if not batch else "mixed"
+        xla = (
+            f"{len(pool)} (counted; policy {policy}, nablax option batch_xla_threads="
+            f"{nx.config.batch_xla_threads}, the same threads for jax.jit)"
+        )
+    else:
+        xla = "unknown"
     parts = [f"XLA CPU intra-op threads {xla}"]
     if torch_module is not None:
         parts.append(

@@ -30,7 +30,11 @@ biases. Peers:
   (``torch.set_num_threads(1)`` during its epochs): ``torch.nn.Linear`` layers,
   ``F.cross_entropy``, ``loss.backward()`` and ``torch.optim.Adam`` with its defaults.
 
-XLA (JAX and nablax) uses its own CPU thread pool; both thread counts are printed. Every loop
+XLA (JAX and nablax) uses its own CPU thread pool; both thread counts are printed. nablax puts
+that pool's threads under Linux's ``SCHED_BATCH`` policy (its option ``batch_xla_threads``, on
+by default): a pool thread that wakes up no longer preempts the Python thread. The benchmark sets
+it before any peer runs, so jax.jit's epochs use the same threads under the same policy, and the
+header prints it; ``NABLAX_BATCH_XLA_THREADS=0`` runs every peer with the normal policy. Every loop
 except read-once reads its loss every step (``loss.item()`` / ``float(loss)``). An epoch ends with
 every parameter and optimizer moment computed (``nx.block_until_ready`` on the model and state,
 ``jax.block_until_ready`` on the JAX pytrees; PyTorch is synchronous), so asynchronous work is

@@ -179,6 +179,15 @@ _register(
     "(see nablax/core/transforms/plan.py); turn off to run every vjp rule on every call.",
 )
 _register(
+    "batch_xla_threads",
+    True,
+    _bool_kind(),
+    "On Linux, put XLA's CPU compute pool threads (tf_XLAEigen) under the SCHED_BATCH policy when "
+    "nablax compiles a program: the same CPU share, but a pool thread that wakes up no longer "
+    "preempts the Python thread building the next graph (see nablax/core/cpu_threads.py). Off: "
+    "the threads nablax changed get the normal policy back at the next compile.",
+)
+_register(
     "cache_dir",
     None,
     _folder_kind(),

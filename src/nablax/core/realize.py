@@ -33,6 +33,7 @@ import numpy as np
 
 from .. import _caches, _config
 from ..errors import ConcretizationError
+from . import cpu_threads
 from .context import CTX, reset_prune_threshold
 from .graph import SCALAR_TYPES, Literal, Var, encode, gc_paused, new_literal, new_var, run_steps
 
@@ -386,6 +387,7 @@ def _compile(key, baked_consts):
         return [env[c] for c in out_codes]
 
     _S.compiles += 1
+    cpu_threads.apply()
     if baked_consts is None:
         return jax.jit(program)
     # the scalars are literals: the program takes only the arrays (passing the unused scalar

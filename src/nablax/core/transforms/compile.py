@@ -69,6 +69,7 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import GraphBreakError
+from .. import cpu_threads
 from ..context import CTX
 from ..realize import realize_impls
 from ..tensor import Tensor
@@ -403,6 +404,7 @@ class Compiled:
         program = strong_arguments(
             program, {k: n.params[1] for k, n in enumerate(placeholders) if n in SCALAR_ARGS}
         )
+        cpu_threads.apply()  # see core/cpu_threads.py
         if dyn:  # exported once with symbolic shapes; jit specializes it per concrete size
             specs = [
                 jax.ShapeDtypeStruct(plain_tree(n.params[0]), n.params[1]) for n in placeholders
