@@ -36,7 +36,7 @@ LAYERS = [
             "nablax.core.host",
         ),
     ),
-    ("core realize", ("nablax.core.realize",)),
+    ("core realize", ("nablax.core.realize", "nablax.core.cpu_threads")),
     ("core build", ("nablax.core.build",)),
     ("core tensor", ("nablax.core.tensor",)),
     ("core prims", ("nablax.core.prims",)),
