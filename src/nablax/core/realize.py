@@ -245,35 +245,52 @@ def _leaf_ids(seen: dict) -> set:
 
 
 def _touches(start, in_prog, leaf_ids, memo) -> bool:
-    # Iterative walk over the pending producers of ``start``; memoizes per node.
+    """Whether the pending graph behind ``start`` reads a node of ``in_prog`` or one of the leaf
+    arrays ``leaf_ids``.
+
+    A post-order walk that visits each node once and memoizes the answer for every node it
+    finishes (``memo`` is shared by all candidates of one realization), so the cost is linear in
+    the pending nodes whatever their sharing: residual streams reuse each value several times,
+    and a walk that followed paths instead of nodes took exponential time (112 s at 16 layers)."""
+    got = memo.get(start)
+    if got is not None:
+        return got
     stack = [start]
-    seen = []
-    found = False
+    expanded = set()
     while stack:
-        n = stack.pop()
+        n = stack[-1]
         if n in memo:
-            found = found or memo[n]
+            stack.pop()
             continue
-        seen.append(n)
+        if n not in expanded:  # first visit: children first
+            expanded.add(n)
+            for inp in n.inputs:
+                if type(inp) is Var:
+                    m, j = inp
+                    if m not in in_prog and m not in memo and m not in expanded:
+                        vals = m.values
+                        if vals is None or vals[j] is None:
+                            stack.append(m)
+            continue
+        stack.pop()  # second visit: every pending input is decided
+        hit = False
         for inp in n.inputs:
             if type(inp) is Var:
                 m, j = inp
                 if m in in_prog:
-                    found = True
-                elif m.values is not None and m.values[j] is not None:
-                    found = found or id(m.values[j]) in leaf_ids
+                    hit = True
                 else:
-                    stack.append(m)
+                    vals = m.values
+                    if vals is not None and vals[j] is not None:
+                        hit = id(vals[j]) in leaf_ids
+                    else:
+                        hit = memo[m]
             elif type(inp.value) not in SCALAR_TYPES:
-                found = found or id(inp.value) in leaf_ids
-        if found:
-            break
-    if found:
-        memo[start] = True  # nodes walked on the way are not known to touch
-    else:
-        for n in seen:
-            memo[n] = False
-    return found
+                hit = id(inp.value) in leaf_ids
+            if hit:
+                break
+        memo[n] = hit
+    return memo[start]
 
 
 _seq = operator.attrgetter("seq")
