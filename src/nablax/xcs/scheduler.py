@@ -187,24 +187,57 @@ def result(future: cf.Future) -> Any:
 # ---- a batch of items (xcs.vmap / xcs.pmap) -----------------------------------------------------
 
 
-def run_items(fn, items, kwargs, executor, return_exceptions: bool, name: str) -> list:
+def run_items(fn, items, kwargs, executor, return_exceptions: bool, name: str, limit=None) -> list:
     """Run ``fn(*item, **kwargs)`` for every item concurrently; results in input order.
 
+    At most ``limit`` items (default: all) are submitted and not yet finished at any time, so at
+    most ``limit`` run at once, whoever runs them (a pool worker or a waiting thread that helps).
     Waiting for the items helps run them (and anything they wait for), so nested maps and jits
     never deadlock, whatever the pool size."""
-    futures: list[cf.Future] = []
-    results: list = [None] * len(items)
-    try:
-        for it in items:
-            futures.append(submit(executor, fn, *it, **kwargs))
-        for i, f in enumerate(futures):
+    n = len(items)
+    limit = n if limit is None else max(1, int(limit))
+    futures: list[Any] = [None] * n
+    results: list = [None] * n
+    lock = threading.Lock()
+    state: list[Any] = [0, cf.Future()]  # items submitted and not finished; a slot-free signal
+
+    def finished(_f: cf.Future) -> None:
+        with lock:
+            state[0] -= 1
+            signal = state[1]
+        if not signal.done():
             try:
-                results[i] = result(f)
+                signal.set_result(None)
+            except cf.InvalidStateError:  # another item set it first
+                pass
+
+    submitted = 0
+    try:
+        for i in range(n):
+            while futures[i] is None or not futures[i].done():
+                with lock:
+                    state[1] = cf.Future()  # set by any item that finishes from now on
+                    running = state[0]
+                while submitted < n and running < limit:  # fill the free slots, in order
+                    with lock:
+                        state[0] += 1
+                    f = submit(executor, fn, *items[submitted], **kwargs)
+                    futures[submitted] = f
+                    submitted += 1
+                    running += 1
+                    f.add_done_callback(finished)
+                if futures[i].done():
+                    break
+                wait(state[1] if submitted < n else futures[i])
+            f = futures[i]
+            try:
+                results[i] = f.result()
             except Exception as e:  # noqa: BLE001 - reported below, with the index
                 results[i] = _failed(e, i, name, return_exceptions, futures)
     except BaseException:
         for f in futures:
-            f.cancel()
+            if f is not None:
+                f.cancel()
         raise
     return results
 
@@ -213,7 +246,8 @@ def _failed(e: Exception, i: int, name: str, return_exceptions: bool, futures) -
     if return_exceptions:
         return e
     for f in futures:
-        f.cancel()
+        if f is not None:
+            f.cancel()
     e.add_note(f"xcs.{name}: raised by item {i} (the items not yet started were cancelled)")
     e.xcs_index = i  # type: ignore[attr-defined]
     raise e

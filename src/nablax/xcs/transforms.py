@@ -18,9 +18,12 @@ classification and its actual arguments to the engine that suits it.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import functools
+import inspect
 import re
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -171,6 +174,52 @@ def _tensor_route(fn, args, kwargs, axes, n, out_axes, axis_name, axis_size, nam
     return jax.vmap(fn, in_axes=axes, out_axes=out_axes, axis_name=axis_name, axis_size=axis_size)
 
 
+def _pool_size(executor: cf.Executor) -> int | None:
+    """How many items may run at once on ``executor``: a thread pool's size (a waiting thread
+    that helps run items counts against it too), else no limit of ours."""
+    return (
+        getattr(executor, "_max_workers", None)
+        if isinstance(executor, cf.ThreadPoolExecutor)
+        else None
+    )
+
+
+def _awaiting(fn: Callable, name: str) -> Callable:
+    """``fn``, or for an ``async def`` function (or one that returns a coroutine) a function that
+    runs the coroutine to its end on the thread that runs the item, and returns its value."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        return _await(out) if inspect.iscoroutine(out) else out
+
+    return run
+
+
+def _await(coro: Any) -> Any:
+    """The value of ``coro``, run in a new event loop (in a new thread when this one has a running
+    loop: an item a waiting thread runs while an ``async`` caller waits)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    box: list = []
+
+    def run() -> None:
+        try:
+            box.append((True, asyncio.run(coro)))
+        except BaseException as e:  # noqa: BLE001 - re-raised in the item's thread
+            box.append((False, e))
+
+    t = threading.Thread(target=run, name="xcs-await")
+    t.start()
+    t.join()
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
 def _map(
     fn, in_axes, out_axes, max_workers, executor, return_exceptions, axis_name, axis_size, name
 ):
@@ -178,6 +227,8 @@ def _map(
         raise TypeError(f"xcs.{name}: expected a function, got {type(fn).__name__}")
     if axis_size is not None and (not isinstance(axis_size, int) or axis_size < 0):
         raise ValueError(f"xcs.{name}: axis_size must be an int >= 0, got {axis_size!r}")
+
+    call = _awaiting(fn, name)
 
     @functools.wraps(fn)
     def mapped(*args: Any, **kwargs: Any) -> Any:
@@ -193,10 +244,11 @@ def _map(
             for i in range(n)
         ]
         if thread_bound(args, kwargs):
-            results = _run_here(fn, items, kwargs, return_exceptions, name)
+            results = _run_here(call, items, kwargs, return_exceptions, name)
         else:
             ex = executor_for(executor, max_workers)
-            results = run_items(fn, items, kwargs, ex, return_exceptions, name)
+            limit = max_workers if max_workers is not None else _pool_size(ex)
+            results = run_items(call, items, kwargs, ex, return_exceptions, name, limit)
         if return_exceptions and any(isinstance(r, BaseException) for r in results):
             return results  # exceptions are not stacked: one entry per item, in order
         return stack_results(results, out_axes, name)
@@ -221,7 +273,9 @@ def vmap(
     arrays, JAX-traceable code; ``axis_name`` enables collectives such as ``jax.lax.psum``).
     Everything else runs the items concurrently on a thread pool sized for I/O (``max_workers``,
     default 64, or any ``concurrent.futures.Executor``), or in order on this thread when the
-    arguments are being traced: results in input order, ``in_axes=None`` broadcasts an argument
+    arguments are being traced (never more than ``max_workers``, or the given thread pool's size,
+    at once; an ``async def`` function is awaited, each item on its own event loop): results in
+    input order, ``in_axes=None`` broadcasts an argument
     (a shorter ``in_axes`` tuple is padded with None), a bare ``str``/``bytes`` is never split (it
     is broadcast), ``axis_size=n`` calls ``fn`` n times when no argument is mapped, an empty batch
     gives ``[]``, nested maps never deadlock, and the first error is raised with its item index
