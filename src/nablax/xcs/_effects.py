@@ -268,7 +268,10 @@ def of_object(name: str, rule: _rules.Rule) -> tuple[str, str]:
     short = name.rsplit(".", 1)[-1]
     if short in _ARG_DEPENDENT or short.lower() in _ARG_DEPENDENT:
         return WRITE, f"{name}: {_ARG_DEPENDENT.get(short) or _ARG_DEPENDENT[short.lower()]}"
-    status, why = of_call((short,), 0, rule, None, lambda n: None, name)
+    # the whole dotted path, so that an SDK method (openai's ...chat.completions.Completions.create)
+    # is judged as the same call written in source (client.chat.completions.create) is
+    names = (*(p.lower() for p in name.split(".")[:-1]), short)
+    status, why = of_call(names, len(names) - 1, rule, None, lambda n: None, name)
     return status, why
 
 

@@ -61,7 +61,7 @@ def rule_for(obj: Any, path: str | None) -> _rules.Rule | None:
     # the result of a library function call (`np.loadtxt(...)`) belongs to its package
     rule = _rules.lookup(path.split(".")[0] if "()" in path else path)
     if rule is not None and isinstance(obj, types.FunctionType) and not is_library(obj):
-        if not _defined_in_its_module(obj):
+        if not _defined_in_its_module(obj) and not _names_a_library(obj, rule):
             return None  # a doctest, exec or REPL function that borrowed a module's name
         if rule is _rules.NEUTRAL and path.split(".")[0] in _rules.STDLIB:
             return None  # a user module that shares a standard-library name
@@ -91,6 +91,16 @@ def code_rule(func: types.FunctionType) -> tuple[str, _rules.Rule | None]:
     if rule is _rules.NEUTRAL and where.split(".")[0] in _rules.STDLIB and not is_library(func):
         return where, None
     return where, rule
+
+
+def _names_a_library(func: types.FunctionType, rule: _rules.Rule) -> bool:
+    """A function whose ``__module__`` names a tensor or I/O library (``numpy.linalg``): the name
+    decides (markers, then ``__module__``, then the source). Only nablax's own doctests, whose
+    functions get the module's name from their globals, do not count."""
+    if rule.kind not in ("tensor", "orchestration"):
+        return False
+    mod = func.__module__
+    return not (mod.split(".")[0] == "nablax" and func.__globals__.get("__name__") == mod)
 
 
 def _defined_in_its_module(func: types.FunctionType) -> bool:

@@ -230,6 +230,10 @@ def _compile_in_factory(
     freevars = code.co_freevars + (RUNTIME_NAME,)
     result = node if isinstance(node, ast.Lambda) else ast.Name(node.name, ast.Load())
     defn = [] if isinstance(node, ast.Lambda) else [node]
+    if defn and node.name not in freevars:
+        # the def binds its name in the factory: without this, a function that calls itself by
+        # its (global) name would read it as a closure variable there, and never match its code
+        defn.insert(0, ast.Global([node.name]))
     factory = ast.FunctionDef(
         name="__xcs_factory__",
         args=ast.arguments(
