@@ -155,6 +155,12 @@ def cross_entropy(
     a float ``(C,)`` tensor, rescales each class's terms; with integer targets, ``'mean'`` then
     divides by the sum of the targets' weights (PyTorch's rule).
 
+    An integer target outside ``[0, C)`` that is not ``ignore_index`` makes its row's loss (and
+    its logits' gradient) NaN, so a reduced loss is NaN, never a finite number. PyTorch raises
+    ``IndexError`` on the CPU (a device assert on CUDA); nablax cannot raise without reading the
+    targets back, which a lazy op (and one inside ``nx.compile``, ``nx.vmap`` or ``nx.grad``)
+    does not do, so it gives NaN as JAX's out-of-bounds gather does (``jnp.take_along_axis``).
+
     >>> import nablax as nx, nablax.nn.functional as F
     >>> logits = nx.tensor([[1.0, 2.0, 0.5], [0.1, 0.2, 3.0]])
     >>> round(F.cross_entropy(logits, nx.tensor([1, 2])).item(), 4)
@@ -231,14 +237,19 @@ def _class_weight(name: str, weight, x: Tensor, c_axis: int) -> Tensor:
     return w.astype(x.dtype)
 
 
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1  # an ignore_index beyond these matches no target
+
+
 def _weighted_cross_entropy(x, y, w, c_axis, ignore_index, label_smoothing, reduction) -> Tensor:
     """Integer-target cross-entropy with class weights ``w`` ``(C,)``, as PyTorch: the target's
     term times its class weight, the smoothing term summed over the classes with their weights,
     and ``'mean'`` divided by the sum of the counted targets' weights."""
     n_cls = x.shape[c_axis]
     logp = _nn.log_softmax(x, axis=c_axis)
-    valid = y != ignore_index
-    cls = _ew.where(valid, y, 0).astype(dtypes.int32)
+    y = y.astype(dtypes.int32)  # as the fused node: no comparison with a wrapped Python int
+    valid = y != ignore_index if _INT32_MIN <= ignore_index <= _INT32_MAX else y == y
+    bad = valid & ((y < 0) | (y >= n_cls))  # a counted target outside [0, C): NaN, as unweighted
+    cls = _ew.where(valid & ~bad, y, 0)
     picked = _sh.squeeze(_ix.take_along_axis(logp, _sh.unsqueeze(cls, c_axis), axis=c_axis), c_axis)
     w_y = _ix.take(w, cls)  # each target's class weight
     loss = -(w_y * picked)
@@ -246,7 +257,7 @@ def _weighted_cross_entropy(x, y, w, c_axis, ignore_index, label_smoothing, redu
         w_b = _sh.reshape(w, (n_cls,) + (1,) * (x.ndim - c_axis - 1))  # along the class axis
         smooth = -(logp * w_b).sum(axis=c_axis)
         loss = (1.0 - label_smoothing) * loss + (label_smoothing / n_cls) * smooth
-    loss = _ew.where(valid, loss, 0.0)
+    loss = _ew.where(valid, loss * _ew.where(bad, math.nan, 1.0).astype(loss.dtype), 0.0)
     if reduction == "mean":
         return loss.sum() / _ew.where(valid, w_y, 0.0).sum()
     return _reduce("cross_entropy", loss, reduction)

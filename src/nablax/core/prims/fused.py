@@ -10,7 +10,9 @@ the mean), plus as many again in its backward pass. Here each is one node:
   bias corrections computed from the int32 step count inside (``optim.scale_by_adam``), times a
   constant ``scale`` (``optim.adam`` with a float learning rate folds ``-lr`` in);
 - :data:`cross_entropy_p`: softmax cross-entropy of logits with integer targets, with
-  ``label_smoothing``, ``ignore_index`` and the reduction (``nn.functional.cross_entropy``).
+  ``label_smoothing``, ``ignore_index`` and the reduction (``nn.functional.cross_entropy``); a
+  target outside ``[0, C)`` (other than ``ignore_index``) gives a NaN loss and NaN gradient for
+  its row, so a reduced loss is NaN.
 
 The lowerings are the same ``jax.numpy`` ops the separate nodes lowered to, which XLA fuses the
 same way, so programs and numbers do not change. Derivatives and batching are JAX's derivative and
@@ -130,23 +132,32 @@ def adam_update(g, m, v, count: Tensor, b1: float, b2: float, eps: float, scale:
 # ---- softmax cross-entropy with integer targets ---------------------------------------------
 # params: (class axis, ignore_index, label_smoothing, reduction "mean" | "sum" | "none")
 
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1  # an ignore_index beyond these matches no target
+
 
 def _cross_entropy_lower(params, x, y):
     c_axis, ignore_index, smoothing, reduction = params
     # log_softmax as jax.nn.log_softmax: shift by the (constant) max, subtract the log-sum-exp
     shifted = x - lax.stop_gradient(jnp.max(x, axis=c_axis, keepdims=True))
     logp = shifted - jnp.log(jnp.sum(jnp.exp(shifted), axis=c_axis, keepdims=True))
-    valid = y != ignore_index
-    safe = jnp.where(valid, y, 0)
+    n_cls = x.shape[c_axis]
+    # compare as int32: JAX wraps a Python int into a narrow target dtype (uint8 != -100 would
+    # compare with 156); a uint32 beyond int32 becomes negative, so out of range as it should
+    y = y if y.dtype == jnp.int32 else y.astype(jnp.int32)
+    valid = y != ignore_index if _INT32_MIN <= ignore_index <= _INT32_MAX else y == y
+    bad = valid & ((y < 0) | (y >= n_cls))  # a counted target outside [0, C)
+    safe = jnp.where(valid & ~bad, y, 0)
     # the target's log-probability as a masked sum over the class axis, not a gather: it fuses,
     # and XLA's SPMD partitioner keeps a split batch split
     grid = [1] * x.ndim
-    grid[c_axis] = x.shape[c_axis]
+    grid[c_axis] = n_cls
     hit = jnp.expand_dims(safe, c_axis) == lax.broadcasted_iota(jnp.int32, tuple(grid), c_axis)
     nll = -jnp.sum(jnp.where(hit, logp, 0.0), axis=c_axis)
     if smoothing:
         nll = nll * (1.0 - smoothing) + (-jnp.mean(logp, axis=c_axis)) * smoothing
-    nll = jnp.where(valid, nll, 0.0)
+    # a target outside [0, C) makes its row's loss NaN (and, as a factor, its logits' gradient
+    # NaN too), never a finite number; ignored rows count 0
+    nll = jnp.where(valid, nll * jnp.where(bad, jnp.nan, 1.0).astype(nll.dtype), 0.0)
     if reduction == "none":
         return nll
     if reduction == "sum":
