@@ -65,7 +65,7 @@ from .cache import ConfigCache, PersistentCache, cfg_to_json, declared_config_ty
 from .fingerprint import device_fingerprint, get_device_platform
 from .invocation import Invocation
 from .kernel import Kernel, check_cfg
-from .tuner import Tuner, TuneResult, check_min_gain, concrete_call
+from .tuner import Tuner, TuneResult, check_min_gain, concrete_call, outside_traces
 
 _FALLBACKS = ("autotune", "heuristic", "error")
 _FALLBACK_ALIASES = {"heuristics": "heuristic"}  # ejKernel's spelling
@@ -304,7 +304,7 @@ class ConfigSelectorChain:
             baseline = self._baseline(inv, kernel) if policy.min_gain != 0 else None
             return tuner.tune(kernel, inv, candidates, baseline, min_gain=policy.min_gain)
         start = time.perf_counter()
-        with jax.ensure_compile_time_eval():  # concrete arrays even inside an enclosing trace
+        with outside_traces():  # concrete arrays even inside an enclosing trace; see tuner.py
             args, kwargs, synthetic = concrete_call(inv)
             best = tuner.autotune(_make_fn(kernel, inv), args, kwargs, candidates)
         if best is not None:

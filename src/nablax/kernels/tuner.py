@@ -36,16 +36,18 @@ Reps(n=1)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
 import numpy as np
+from jax._src import core as _jax_core  # eval_context: see outside_traces
 
 from .invocation import Invocation, _is_array, array_desc
 
@@ -123,7 +125,7 @@ class Tuner:
         def build(cfg: Any) -> Any:
             return CallSpec(kernel, inv, cfg, inv.call_key).tune_fn()
 
-        with jax.ensure_compile_time_eval():  # run for real even inside an enclosing trace
+        with outside_traces():  # concrete arrays even inside an enclosing trace
             arrays, synthetic = _concrete_arrays(inv)
         name = f"{kernel.versioned_id} for ({inv.signature})"
         return self._run(kernel.versioned_id, name, candidates, build, arrays, synthetic,
@@ -142,7 +144,7 @@ class Tuner:
         >>> 0.0 < t < 1.0
         True
         """
-        with jax.ensure_compile_time_eval():
+        with outside_traces():
             arrays, rebuild, _ = _split_call(args, kwargs)
             compiled = jax.jit(_calling(fn, rebuild)).lower(*arrays).compile()
             for _ in range(self.warmup):
@@ -188,7 +190,7 @@ class Tuner:
         if type(self).measure is not Tuner.measure:
             return self._autotune_by_measure(make_fn, args, kwargs, candidates)
         gain = self.min_gain if min_gain is None else check_min_gain(min_gain, "Tuner.autotune")
-        with jax.ensure_compile_time_eval():
+        with outside_traces():
             arrays, rebuild, synthetic = _split_call(args, kwargs)
 
         def build(cfg: Any) -> Any:
@@ -226,7 +228,7 @@ class Tuner:
             candidates.append(baseline)
         start = time.perf_counter()
         bar = _Progress(label, len(candidates), self.progress, start)
-        with jax.ensure_compile_time_eval():
+        with outside_traces():  # compiled and timed as the executor runs it, see outside_traces
             compiled, failed = self._compile_all(build, candidates, arrays, start, bar)
             times = self._rounds(compiled, arrays, start)
         bar.close()
@@ -290,6 +292,31 @@ class Tuner:
         t0 = time.perf_counter()
         jax.block_until_ready(compiled(*arrays))
         return time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def outside_traces() -> Iterator[None]:
+    """Run JAX operations for real even when the caller is inside a trace (the executor called
+    under ``jax.jit`` or ``jax.grad``), while functions traced *inside* the block (``jax.jit(fn)
+    .lower``, a ``pallas_call``'s kernel body) are staged exactly as they are outside it.
+
+    ``jax.ensure_compile_time_eval()`` is not that: it constant-folds every operation with
+    constant inputs, nested traces included, so a Pallas kernel body traced under it evaluates
+    ``pl.program_id`` (no evaluation rule) or captures its ``jnp.zeros`` accumulator as a constant,
+    and every Pallas candidate failed to compile. This context only resets the current trace to
+    JAX's evaluation trace.
+
+    >>> import jax, jax.numpy as jnp
+    >>> @jax.jit
+    ... def f(x):
+    ...     with outside_traces():
+    ...         concrete = jnp.ones(3) * 2
+    ...     return x + concrete.sum()
+    >>> float(f(1.0))
+    7.0
+    """
+    with _jax_core.eval_context():
+        yield
 
 
 def check_min_gain(value: Any, where: str, allow_none: bool = True) -> float | None:

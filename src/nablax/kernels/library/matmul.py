@@ -227,12 +227,17 @@ def _matmul_body(a_ref, b_ref, o_ref, *, n_k: int, bk: int) -> None:
     # a_ref: (bm, Kp) row strip, b_ref: (Kp, bn) column strip; loads are (bm, bk) / (bk, bn).
     import jax.experimental.pallas as pl
 
-    def step(kk, acc):
+    def tile(kk):
         at = a_ref[:, pl.ds(kk * bk, bk)]
         bt = b_ref[pl.ds(kk * bk, bk), :]
-        return acc + jnp.dot(at, bt, preferred_element_type=jnp.float32)
+        return jnp.dot(at, bt, preferred_element_type=jnp.float32)
 
-    acc = lax.fori_loop(0, n_k, step, jnp.zeros(o_ref.shape, jnp.float32))
+    # The first K tile starts the accumulator (no jnp.zeros constant: under an enclosing
+    # jax.ensure_compile_time_eval a zeros array is folded into a constant the kernel "captures",
+    # which pallas_call rejects).
+    acc = tile(0)
+    if n_k > 1:
+        acc = lax.fori_loop(1, n_k, lambda kk, acc: acc + tile(kk), acc)
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
