@@ -216,6 +216,15 @@ _register(
     "miss may time the candidate configs (else the heuristic config is used).",
 )
 _register(
+    "distributed_exit_timeout",
+    30,
+    _int_kind(1),
+    "Seconds a process of a cluster (after nx.distributed.initialize) that fails (an uncaught "
+    "exception, or a non-zero sys.exit under python -m nablax.launch) may spend in Python's normal "
+    "shutdown (atexit handlers, flushing files; JAX's shutdown barrier is skipped) before it is "
+    "ended at once with exit code 1 and a dump of its threads' stacks.",
+)
+_register(
     "compile_retrace_warning",
     8,
     _int_kind(0),

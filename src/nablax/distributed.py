@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 import sys
 import threading
@@ -53,7 +52,8 @@ __all__ = [
 
 _lock = threading.Lock()
 _joined: dict[str, Any] | None = None  # the arguments of the successful initialize() call
-_ADDRESS = re.compile(r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$")
+# a host name or IPv4 address (letters, digits, '-', '.', '_'), or an IPv6 address in brackets
+_HOST = re.compile(r"^(?:[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\])$")
 _FIRST_THING = (
     "Fix: call nx.distributed.initialize(...) first thing in the script, right after `import "
     "nablax as nx` and before any tensor op, nx.devices() or jax.devices()"
@@ -77,8 +77,29 @@ def _from_env(name: str, given: Any, env: dict[str, str], parse) -> Any:
         ) from None
 
 
+def _check_address(address: Any, name: str, where: str) -> tuple[str, int]:
+    """``(host, port)`` of ``address`` (``'host:port'``, ``'[ipv6]:port'``), or ``ValueError``
+    naming the argument: a port outside 1..65535 would otherwise abort the process in XLA's C++
+    code, after validation."""
+    fix = f"pass {name} as 'host:port' with process 0's host and a free port 1..65535, e.g. '10.0.0.1:12345'"
+    if not isinstance(address, str):
+        raise ValueError(f"{where}: {name}={address!r} is not a string. Fix: {fix}")
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not _HOST.match(host) or (":" in host and host[0] != "["):
+        raise ValueError(
+            f"{where}: {name}={address!r} is not 'host:port' (an IPv6 host goes in brackets, "
+            f"'[::1]:12345'). Fix: {fix}"
+        )
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        raise ValueError(
+            f"{where}: {name}={address!r} has port {port!r}, not an integer in 1..65535. Fix: {fix}"
+        )
+    return host, int(port)
+
+
 def _arguments(address, num, pid, local) -> tuple[Any, Any, Any, Any]:
     env = _config.launch_environment()
+    address_name = "coordinator_address" if address is not None else "NABLAX_COORDINATOR_ADDRESS"
     address = _from_env("NABLAX_COORDINATOR_ADDRESS", address, env, str)
     num = _from_env("NABLAX_NUM_PROCESSES", num, env, int)
     pid = _from_env("NABLAX_PROCESS_ID", pid, env, int)
@@ -92,11 +113,8 @@ def _arguments(address, num, pid, local) -> tuple[Any, Any, Any, Any]:
             "pass all three (or none, to auto-detect a SLURM / TPU / MPI cluster, or under "
             "python -m nablax.launch)",
         )
-    if address is not None and (not isinstance(address, str) or not _ADDRESS.match(address)):
-        raise _bad(
-            f"coordinator_address={address!r} is not 'host:port'",
-            "pass process 0's host and a free port, e.g. '10.0.0.1:12345'",
-        )
+    if address is not None:
+        _check_address(address, address_name, "nx.distributed.initialize")
     for name, v, lo in (("num_processes", num, 1), ("local_device_count", local, 1)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
             raise _bad(f"{name}={v!r} is not an integer >= {lo}", f"pass an integer >= {lo}")
@@ -129,9 +147,11 @@ def initialize(
     ``XLA_FLAGS=--xla_force_host_platform_device_count=D`` does). ``timeout`` is how many seconds
     to wait for the other processes to join.
 
-    Afterwards an uncaught exception ends the process with exit code 1 right after its traceback
-    is printed, without JAX's shutdown barrier (where it would wait for the other processes,
-    which may be waiting for it), so ``nablax.launch`` sees the failure and stops the job.
+    Afterwards an uncaught exception ends the process with exit code 1 after Python's normal
+    shutdown (atexit handlers run, buffered files are flushed) but without JAX's shutdown barrier
+    (where it would wait for the other processes, which may be waiting for it), so
+    ``nablax.launch`` sees the failure and stops the job. A shutdown that takes longer than the
+    option ``distributed_exit_timeout`` (seconds) is cut short with exit code 1.
 
     Raises ``RuntimeError`` when called twice, or after JAX has started (any tensor op,
     ``nx.devices()``), and ``ValueError`` for bad arguments.
@@ -174,22 +194,47 @@ def initialize(
                 f"host accepts connections on that port"
             ) from e
         _joined = {"coordinator_address": address, "num_processes": num, "process_id": pid}
-        sys.excepthook = _exit_at_once(sys.excepthook)
+        sys.excepthook = _fail_without_barrier(sys.excepthook)
 
 
-def _exit_at_once(hook):
-    """``sys.excepthook`` that prints the error, then ends the process at once: a normal exit
-    would wait (up to 5 minutes) in JAX's shutdown barrier for the other processes, which may
-    themselves wait for this one in a collective, so a launcher would never see the failure."""
+def _fail_without_barrier(hook):
+    """``sys.excepthook`` for a process in a cluster: it prints the error, then lets Python shut
+    down as usual (atexit handlers run, files are flushed and closed, exit code 1) but without
+    JAX's shutdown barrier, where the process would wait (up to 5 minutes) for the other
+    processes, which may themselves wait for this one in a collective: a launcher would not see
+    the failure. If the shutdown still takes longer than the option ``distributed_exit_timeout``
+    (seconds), the process is ended then with code 1, after a dump of its threads' stacks."""
 
     def excepthook(kind, value, tb):
         hook(kind, value, tb)
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(1)
+        _leave_cluster_at_exit()
 
     return excepthook
+
+
+def _leave_cluster_at_exit() -> None:
+    """Before a failing process shuts down: take JAX's cluster client and service out of JAX's
+    hands so that its exit handler (``jax.distributed.shutdown``) does nothing, and keep them
+    alive to the end (their destructors would wait at the same barrier); then start a watchdog
+    (``faulthandler``'s own thread, which needs no GIL) for the rest of the shutdown."""
+    import ctypes
+    import faulthandler
+
+    from jax._src import distributed as jax_distributed
+
+    state = jax_distributed.global_state
+    for attr in ("preemption_sync_manager", "client", "service"):
+        obj = getattr(state, attr, None)
+        if obj is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))  # never destroyed: no barrier
+            setattr(state, attr, None)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):  # (stderr closed: no watchdog, the shutdown goes on)
+        faulthandler.dump_traceback_later(
+            _config.get("distributed_exit_timeout"), exit=True, file=sys.__stderr__
+        )
 
 
 def is_initialized() -> bool:

@@ -13,12 +13,16 @@ with the variables :func:`nablax.distributed.initialize` reads when called witho
   process; leave it out on GPU hosts).
 
 Each line a process writes to stdout or stderr is copied to the launcher's, prefixed with
-``[rank] ``. Each process runs the script as ``python train.py`` would, except that a
-``sys.exit(n)`` with ``n != 0`` ends it at once (without waiting for the other processes at JAX's
-shutdown barrier). When a process exits with a non-zero code, the launcher stops the others (SIGTERM to
-their process groups, then SIGKILL after ``--grace`` seconds) and exits with that code; after
-``--timeout`` seconds, or on Ctrl-C / SIGTERM, it stops all of them and exits with 124 / 130 /
-143. It exits 0 when every process does. Like ``torchrun --standalone``, for one host.
+``[rank] ``. Each process runs the script as ``python train.py`` would, except that after
+``nx.distributed.initialize()`` a failure (an uncaught exception, ``sys.exit(n)`` with ``n != 0``)
+skips JAX's shutdown barrier, where it would wait for the other processes (Python's normal
+shutdown still runs: atexit handlers, buffered files flushed). When a process exits with a
+non-zero code, the launcher stops the others (SIGTERM to their process groups, then SIGKILL after
+``--grace`` seconds) and exits with that code; after ``--timeout`` seconds, or on Ctrl-C, SIGTERM
+or SIGHUP, it stops all of them and exits with 124 / 130 / 143 / 129. It exits 0 when every
+process does. If the launcher itself is killed (SIGKILL), Linux kills every rank (a parent-death
+signal set in each rank before it starts); a rank's own child processes are stopped only by the
+launcher's ordinary stop (on a failure, a timeout, Ctrl-C, SIGTERM or SIGHUP). Like ``torchrun --standalone``, for one host.
 
 More than one machine: run one process per host (each sees its own GPUs), with the same script.
 Pick host 0's address and a free port as the coordinator, and on host ``i`` of ``n`` either set
@@ -102,25 +106,44 @@ _RANK_MAIN = "import sys; from nablax.launch import _run_rank; _run_rank(sys.arg
 
 def _run_rank(argv: list[str]) -> None:
     """Run the script ``argv[0]`` with arguments ``argv[1:]`` as ``python script.py`` would (as
-    ``__main__``, its directory first on ``sys.path``), except that ``sys.exit(n)`` with a non-zero
-    ``n`` that reaches the top ends the process at once with code ``n``. A normal exit would first
-    wait in JAX's shutdown barrier for the other processes, which may be waiting for this one in a
-    collective: the launcher would not see the failure until a timeout. (Uncaught exceptions end
-    the process at once through the hook ``nx.distributed.initialize`` installs.)"""
+    ``__main__``, its directory first on ``sys.path``), except that after a ``sys.exit(n)`` with a
+    non-zero ``n`` that reaches the top, a process that joined a cluster skips JAX's shutdown
+    barrier: it would wait there for the other processes, which may be waiting for this one in a
+    collective, and the launcher would not see the failure until a timeout. Python's normal
+    shutdown still runs (atexit handlers, buffered files flushed). Uncaught exceptions take the
+    same path through the hook ``nx.distributed.initialize`` installs."""
     script = argv[0]
     sys.argv = list(argv)
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
-        if e.code is None or e.code == 0:
-            raise
-        if not isinstance(e.code, int):
-            print(e.code, file=sys.stderr)  # what Python prints for sys.exit("message")
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(e.code if isinstance(e.code, int) else 1)
+        dist = sys.modules.get("nablax.distributed")
+        if e.code not in (None, 0) and dist is not None and dist.is_initialized():
+            dist._leave_cluster_at_exit()
+        raise
+
+
+def _parent_death_signal():
+    """A ``preexec_fn`` for the ranks (Linux): the kernel sends the rank SIGKILL when the launcher
+    dies, even by SIGKILL, so that no rank outlives it; None where ``prctl`` is missing."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    launcher = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:  # in the child between fork and exec: no imports, no allocations
+        prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != launcher:  # the launcher died before prctl: nobody would signal
+            os._exit(1)
+
+    return preexec
 
 
 def _code(returncode: int) -> int:
@@ -131,6 +154,7 @@ def _start(
     args: argparse.Namespace, port: int, procs: list[subprocess.Popen], threads: list
 ) -> None:
     """Start the processes (appended to ``procs`` at once, so a failure stops those started)."""
+    preexec = _parent_death_signal()
     for rank in range(args.nproc):
         extra = {
             "NABLAX_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
@@ -150,6 +174,7 @@ def _start(
             errors="replace",
             bufsize=1,
             start_new_session=True,
+            preexec_fn=preexec,
         )
         procs.append(p)
         for pipe, err in ((p.stdout, False), (p.stderr, True)):
@@ -177,11 +202,18 @@ def _watch(procs: list[subprocess.Popen], timeout: float | None) -> int:
 
 
 class _Terminated(Exception):
-    pass
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
-def _on_sigterm(signum, frame) -> None:
-    raise _Terminated
+def _on_signal(signum, frame) -> None:
+    raise _Terminated(signum)
+
+
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -221,24 +253,28 @@ def main(argv: list[str] | None = None) -> int:
         _parser().error("--nproc and --devices-per-proc must be at least 1")
     if not os.path.isfile(args.script):
         _parser().error(f"no such script: {args.script}")
+    if args.port is not None and not 1 <= args.port <= 65535:
+        _parser().error(f"--port {args.port} is not a TCP port: pass one in 1..65535")
     port = args.port if args.port is not None else free_port()
     procs: list[subprocess.Popen] = []
     threads: list[threading.Thread] = []
     main_thread = threading.current_thread() is threading.main_thread()
-    old = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
+    old = {sig: signal.signal(sig, _on_signal) for sig in _STOP_SIGNALS} if main_thread else {}
     try:
         _start(args, port, procs, threads)
         code = _watch(procs, args.timeout)
     except KeyboardInterrupt:
         _say("interrupted; stopping all processes")
         code = 130
-    except _Terminated:
-        _say("terminated; stopping all processes")
-        code = 143
+    except _Terminated as e:
+        _say(f"{signal.Signals(e.signum).name}; stopping all processes")
+        code = 128 + e.signum
     finally:
+        for sig in old:  # a second signal must not cut the stopping short
+            signal.signal(sig, signal.SIG_IGN)
         _stop(procs, args.grace)
-        if main_thread:
-            signal.signal(signal.SIGTERM, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
     for t in threads:  # the pipes are closed once every process of a group is gone
         t.join(timeout=args.grace)
     return code
