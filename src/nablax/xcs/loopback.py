@@ -134,8 +134,8 @@ class LoopbackServer:
         socket_timeout_s: a connection that sends nothing for this long is closed (a client
             that announces a body and never sends it cannot hold a handler thread forever).
 
-    Client errors (a bad ``Content-Length``, a body that is not a JSON object, a message that is
-    not an object, a body over the limit) are answered 400 / 413 in OpenAI's error format; they
+    Client errors (a bad ``Content-Length``, a body that is not a JSON object or is nested more
+    than 64 levels deep, a message that is not an object, a body over the limit) are answered 400 / 413 in OpenAI's error format; they
     never print tracebacks.
 
     Statistics (thread-safe): ``requests``, ``max_concurrency``, ``log`` (:class:`RequestRecord`).
@@ -349,6 +349,22 @@ class LoopbackServer:
         }
 
 
+_MAX_JSON_DEPTH = 64  # deeper request bodies are answered 400 (handlers recurse over them)
+
+
+def _depth(value: Any) -> int:
+    """The nesting depth of a parsed JSON value (iterative: a deep value must not recurse)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (list, dict)):
+            deepest = max(deepest, d)
+            if d > _MAX_JSON_DEPTH:
+                return d
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
 def _error_body(status: int, message: str, code: str | None = None) -> dict:
     """An error answer in OpenAI's JSON format."""
     etype = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
@@ -470,6 +486,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body = json.loads(raw or b"{}") if method == "POST" else {}
         except ValueError as e:
             return 400, _error_body(400, f"request body is not valid JSON: {e}")
+        except RecursionError:  # json's decoder recurses once per level
+            body = None
+        if body is None or _depth(body) > _MAX_JSON_DEPTH:
+            msg = f"request body is nested more than {_MAX_JSON_DEPTH} levels deep"
+            return 400, _error_body(400, msg, "invalid_value")
         if not isinstance(body, dict):
             return 400, _error_body(400, "request body must be a JSON object")
         try:
