@@ -111,6 +111,8 @@ from .core.ops.elementwise import (
 )
 from .core.ops.index import one_hot, take, take_along_axis
 from .core.ops.linalg import dot, einsum, matmul, outer
+from .core.ops.masks import tril, triu
+from .core.ops.nabla_compat import hann_window, minmax
 from .core.ops.nn import gelu, log_softmax, relu, silu, softmax, softplus
 from .core.ops.reduce import (
     all,

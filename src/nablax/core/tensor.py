@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the modules the methods delegate to (they import this one)
     from .ops import elementwise as _elementwise
     from .ops import index as _index
     from .ops import linalg as _linalg
+    from .ops import masks as _masks
     from .ops import nn as _nn
     from .ops import reduce as _reduce
     from .ops import shape as _shape
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # the modules the methods delegate to (they import this one)
     from .transforms import vjp as _autodiff
 else:  # bound by bind_method_modules() when nablax.core.ops is imported
     _elementwise = _index = _linalg = _nn = _reduce = _shape = _sharding = _autodiff = None
+    _masks = None
 
 
 def to_impl(x: Any, dtype=None, op: str = "tensor") -> TensorImpl:
@@ -506,6 +508,17 @@ class Tensor:
 
     def dot(self, b) -> Tensor:
         return _linalg.dot(self, b)
+
+    # ---- Masking (core/ops/masks.py) ----
+
+    def triu(self, k: int = 0) -> Tensor:
+        return _masks.triu(self, k)
+
+    def tril(self, k: int = 0) -> Tensor:
+        return _masks.tril(self, k)
+
+    def masked_fill(self, mask, value) -> Tensor:
+        return _masks.masked_fill(self, mask, value)
 
     # ---- Neural-network functions (core/ops/nn.py) ----
 

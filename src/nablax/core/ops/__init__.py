@@ -15,6 +15,8 @@ from . import (  # noqa: F401
     index,
     kernel_call,  # the graph node of nablax.kernels calls on Tensors
     linalg,
+    masks,
+    nabla_compat,
     nn,
     random,
     reduce,
@@ -25,6 +27,7 @@ _tensor.bind_method_modules(
     elementwise=elementwise,
     index=index,
     linalg=linalg,
+    masks=masks,
     nn=nn,
     reduce=reduce,
     shape=shape,
