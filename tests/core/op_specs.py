@@ -2077,6 +2077,25 @@ spec(
     (F32,),
     ["random_split", "gather", "random_normal"],
 )
+spec(
+    "random.fold_in",
+    lambda k, d: nx.random.fold_in(k, d),
+    lambda k, d: jax.random.fold_in(k, d),
+    lambda d, r: [Case((np.asarray(_key(0)), 5)), Case((np.asarray(_key(4)), 2**32 - 1))],
+    (U32,),
+    ["random_fold_in"],
+)
+spec(
+    "random.categorical",
+    lambda k, lg, **kw: nx.random.categorical(k, lg, **kw),
+    lambda k, lg, **kw: jax.random.categorical(k, lg, **kw),
+    lambda d, r: [
+        Case((np.asarray(_key(0)), A(r, (3, 5), d)), {}, "rows", True),
+        Case((np.asarray(_key(1)), A(r, (4, 2), d)), {"axis": 0, "shape": Static((3, 2))}),
+    ],
+    (F32, BF16),
+    ["random_categorical"],
+)
 
 
 def primitives_covered() -> set:

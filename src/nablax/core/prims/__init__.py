@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     index,
     linalg,
     random,
+    random_more,
     reduce,
     shape,
     window,
