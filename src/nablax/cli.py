@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -61,6 +62,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         )
         return 2
     bench_args = ["--quick"] if args.quick else []
+    bad_out = _unwritable(args.out) if args.out else None
+    if bad_out:  # checked before the run, not after it
+        print(f"nablax bench: --out {args.out!r}: {bad_out}", file=sys.stderr)
+        return 2
     if args.out:
         bench_args += ["--out", args.out]
     sys.path.insert(0, str(script.parent))  # as `python bench/...` would: for bench/_common.py
@@ -69,6 +74,19 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return int(bench_main(bench_args) or 0)
     finally:
         sys.path.remove(str(script.parent))
+
+
+def _unwritable(out: str) -> str | None:
+    """Why the file ``out`` cannot be written (a reason and a fix), or None if it can."""
+    path = Path(out)
+    folder = path.parent
+    if path.is_dir():
+        return "is a directory. Fix: give a file path such as DIR/results.json"
+    if not folder.is_dir():
+        return f"the folder {str(folder)!r} does not exist. Fix: create it, or pick another path"
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return "cannot be written (permission denied). Fix: pick a path you can write"
+    return None
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
@@ -107,7 +125,11 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     from .kernels.tuning import describe_entry, entry_row
 
     # A path, never ejKernel's op name: a Path object is not mistaken for one.
-    path = resolve_path(None if args.path is None else Path(args.path))
+    try:
+        path = resolve_path(None if args.path is None else Path(args.path))
+    except (ValueError, TypeError) as e:  # a folder given as --path, an unusable cache dir
+        print(f"nablax cache {args.action}: --path: {e}", file=sys.stderr)
+        return 2
     store = None
     try:
         if args.action == "clear":
@@ -151,6 +173,14 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 def _cmd_classify(args: argparse.Namespace) -> int:
     from .xcs.analysis import classify_target, format_table
 
+    target = Path(args.target)
+    if target.is_file() and target.suffix != ".py":  # no Python importer would load it
+        print(
+            f"nablax classify: {args.target!r} is not a Python source file (.py); nothing was "
+            "classified. Fix: give a .py file or an importable module name",
+            file=sys.stderr,
+        )
+        return 2
     try:
         rows = classify_target(args.target)
     except (OSError, SyntaxError) as e:
