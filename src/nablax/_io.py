@@ -9,7 +9,9 @@ numbers and strings among its leaves, and the true dtype of arrays safetensors c
 reads JSON and raw arrays only: it never executes code from the file (no pickle).
 
 Writes are atomic: the file is written to a temporary file in the same directory, flushed to disk
-and renamed over the target, so a crash leaves either the old file or the new one.
+and renamed over the target, so a crash leaves either the old file or the new one. A new file gets
+the mode the umask gives; a replaced file keeps its mode; a symlink is written through (its target
+is replaced, the link stays).
 
 >>> import os, tempfile
 >>> import nablax as nx
@@ -23,9 +25,11 @@ and renamed over the target, so a crash leaves either the old file or the new on
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
-import tempfile
+import secrets
+import stat
 from typing import Any
 
 import jax
@@ -203,7 +207,8 @@ def save(path: str | os.PathLike, tree: Any) -> None:
     """Write the pytree ``tree`` (tensors, arrays, Python numbers, strings, ``None``, in dicts,
     lists, tuples, namedtuples, registered dataclasses such as modules and optimizer states) to
     the ``.safetensors`` file ``path``, atomically. Pending tensors are computed first, as one
-    program.
+    program. A new file gets the mode the umask gives, a replaced one keeps its mode, and a
+    symlink is written through to its target.
 
     >>> import os, tempfile
     >>> import nablax as nx
@@ -227,21 +232,67 @@ def save(path: str | os.PathLike, tree: Any) -> None:
     if "" in arrays:  # the whole tree is one array
         structure["name"] = "[root]"
     meta = {_META_KEY: json.dumps({"format": _FORMAT, "tree": structure, "dtypes": dtypes})}
-    data = _st_save(tensors, metadata=meta)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".nablax-save-", suffix=".tmp", dir=directory)
+    _write_atomic(path, _st_save(tensors, metadata=meta))
+
+
+def _os_error(e: OSError, path: str, what: str = "") -> OSError:
+    """``e`` reported with the user's ``path`` (not the temporary file's)."""
+    msg = f"nx.save: cannot write {path}: {what or e.strerror or e}"
+    return OSError(e.errno, msg, path) if e.errno is not None else OSError(msg)
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    """``data`` to ``path`` through a temporary file in the same directory, renamed over it."""
+    target = os.path.realpath(path)  # a symlink is written through: its target is replaced
+    directory = os.path.dirname(target)
+    if not os.path.isdir(directory):
+        e = FileNotFoundError(errno.ENOENT, "")
+        fix = "Fix: create it first (os.makedirs(..., exist_ok=True))"
+        raise _os_error(e, path, f"the directory {directory} does not exist. {fix}")
+    if os.path.isdir(target):
+        fix = f"Fix: name a file in it, e.g. {os.path.join(path, 'ckpt.safetensors')}"
+        raise _os_error(IsADirectoryError(errno.EISDIR, ""), path, f"it is a directory. {fix}")
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)  # a replaced file keeps its mode
+    except OSError:
+        mode = None  # a new file: 0o666 less the umask, as open() gives
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = os.path.join(directory, f".nablax-save-{secrets.token_hex(8)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise _os_error(e, path) from None
+    else:
+        raise _os_error(FileExistsError(errno.EEXIST, "no free temporary name"), path)
     try:
         with os.fdopen(fd, "wb") as f:
+            if mode is not None:
+                os.chmod(tmp, mode)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        os.replace(tmp, target)
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):
+            raise _os_error(e, path) from None
         raise
+    if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable
+        try:
+            dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:
+            pass
 
 
 def load(path: str | os.PathLike, like: Any = None) -> Any:
@@ -263,6 +314,8 @@ def load(path: str | os.PathLike, like: Any = None) -> Any:
             data = f.read()
     except FileNotFoundError:
         raise ValueError(f"nx.load: no checkpoint at {path} (the file does not exist)") from None
+    except IsADirectoryError:
+        raise ValueError(f"nx.load: {path} is a directory, not a checkpoint file") from None
     try:
         arrays = _st_load(data)
         meta = _read_meta(data)
