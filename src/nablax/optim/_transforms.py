@@ -19,7 +19,7 @@ from ..core.ops import elementwise as _ew
 from ..core.ops import reduce as _red
 from ..core.prims import fused as _fused
 from ..core.tensor import Tensor
-from ..errors import op_error
+from ..errors import DTypeError, op_error
 from ._base import (
     EmptyState,
     GradientTransformation,
@@ -352,20 +352,40 @@ def add_decayed_weights(weight_decay: float = 0.0) -> GradientTransformation:
 # ---- clipping -----------------------------------------------------------------------------------
 
 
+def _sq_f32(x: Tensor, api: str) -> Tensor:
+    """``x**2`` element-wise in float32: float16/bfloat16 squares would overflow past
+    ``sqrt(65504)``, integer ones wrap, bools multiply as logical and."""
+    dt = x.dtype
+    if _dtypes.is_complex(dt):  # x * x is not |x|**2, and nablax has no complex abs
+        raise op_error(
+            DTypeError,
+            api,
+            f"a {dt} leaf {x.shape}: the norm of complex leaves is not supported",
+            "pass its real and imaginary parts as two float leaves",
+        )
+    if dt != _dtypes.float32:
+        x = _ew.astype(x, _dtypes.float32)
+    return x * x
+
+
 def global_norm(tree: Any) -> Tensor:
-    """The L2 norm of all leaves of ``tree`` together (float32; a 0-d tensor, lazy).
+    """The L2 norm of all leaves of ``tree`` together: a lazy float32 0-d tensor, with every leaf
+    squared and summed in float32 (float16 leaves beyond ``sqrt(65504)`` do not overflow, integer
+    leaves do not wrap; complex leaves raise ``DTypeError``).
 
     >>> import nablax as nx
     >>> from nablax import optim
     >>> optim.global_norm({"a": nx.tensor([3.0]), "b": [nx.tensor([[4.0]]), None]}).item()
     5.0
     """
+    return _global_norm(tree, api_name("global_norm"))
+
+
+def _global_norm(tree: Any, api: str) -> Tensor:
     total: Any = None
     for leaf in _tree.leaves(tree):
         x = leaf if isinstance(leaf, Tensor) else _cr.asarray(leaf)
-        if _dtypes.is_floating(x.dtype) and x.dtype.itemsize < 4:
-            x = _ew.astype(x, _dtypes.float32)  # no float16 overflow in the squares
-        s = _red.sum(x * x)
+        s = _red.sum(_sq_f32(x, api))
         total = s if total is None else total + s
     if total is None:
         return _cr.zeros((), dtype=_dtypes.float32)
@@ -374,7 +394,11 @@ def global_norm(tree: Any) -> Tensor:
 
 def clip_by_global_norm(max_norm: float) -> GradientTransformation:
     """Scale the updates by ``max_norm / global_norm(updates)`` when that norm exceeds
-    ``max_norm`` (optax's formula; decided lazily with ``nx.where``, nothing is read).
+    ``max_norm`` (optax's formula; decided lazily with ``nx.where``, nothing is read). The norm
+    and the scaling are float32 and each update keeps its dtype (rounded once; an integer update
+    truncates toward zero, so the clipped norm never exceeds ``max_norm``). float16 updates with
+    a norm past 65504 are scaled, not zeroed as by ``torch.nn.utils.clip_grad_norm_`` (whose
+    float16 norm is ``inf``) and optax's formula (which casts the norm to the leaf's dtype).
 
     >>> import nablax as nx
     >>> from nablax import optim
@@ -392,11 +416,17 @@ def clip_by_global_norm(max_norm: float) -> GradientTransformation:
 
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, EmptyState]:
         check_state(api, state, EmptyState)
-        norm = global_norm(updates)
+        norm = _global_norm(updates, api)
         small = norm < max_norm
 
         def clip(t: Any) -> Any:
-            return _ew.where(small, t, (t / like(norm, t)) * max_norm)
+            # in float32 (the norm's dtype), cast back to the leaf's dtype once: a float16 norm
+            # past 65504 would be inf and zero every update (optax and
+            # torch.nn.utils.clip_grad_norm_ do that), an integer norm would truncate
+            t = t if isinstance(t, Tensor) else _cr.asarray(t)
+            dt = t.dtype
+            c = ((t if dt == _dtypes.float32 else _ew.astype(t, _dtypes.float32)) / norm) * max_norm
+            return _ew.where(small, t, c if c.dtype == dt else _ew.astype(c, dt))
 
         return _tree.map(clip, updates), state
 
