@@ -47,6 +47,7 @@ class Option:
     check: Callable[[Any], Any]
     parse: Callable[[str], Any]
     doc: str
+    process_wide: bool = False  # set by update() or the variable only: override() refuses it
 
     @property
     def env(self) -> str:
@@ -138,10 +139,12 @@ def _folder_kind() -> _Kind:
 _OPTIONS: dict[str, Option] = {}
 
 
-def _register(name: str, default: Any, kind: _Kind, doc: str) -> None:
+def _register(
+    name: str, default: Any, kind: _Kind, doc: str, *, process_wide: bool = False
+) -> None:
     accepts, env_accepts, check, parse = kind
     _OPTIONS[name] = Option(
-        name, default, accepts, env_accepts, check, parse, " ".join(doc.split())
+        name, default, accepts, env_accepts, check, parse, " ".join(doc.split()), process_wide
     )
 
 
@@ -185,7 +188,10 @@ _register(
     "On Linux, put XLA's CPU compute pool threads (tf_XLAEigen) under the SCHED_BATCH policy when "
     "nablax compiles a program: the same CPU share, but a pool thread that wakes up no longer "
     "preempts the Python thread building the next graph (see nablax/core/cpu_threads.py). Off: "
-    "the threads nablax changed get the normal policy back at the next compile.",
+    "the threads nablax changed get the normal policy back at the next compile. Process-wide "
+    "(the threads are the whole process's): set it with nx.config.update or the variable; "
+    "nx.config.override refuses it.",
+    process_wide=True,
 )
 _register(
     "cache_dir",
@@ -352,6 +358,15 @@ def override(**values: Any) -> contextlib.AbstractContextManager[None]:
     5
     """
     where = "nx.config.override"
+    for k in values:
+        opt = _option(where, k)
+        if opt.process_wide:
+            raise ConfigError(
+                f"{where}: option {k!r} (variable {opt.env}) is process-wide: it changes "
+                f"something every thread shares, so a scoped override of one thread or task "
+                f"cannot hold it. Fix: nx.config.update({k!r}, value) (and update it back "
+                f"afterwards), or set {opt.env} before importing nablax"
+            )
     return _scoped({k: _checked(where, _option(where, k), v) for k, v in values.items()})
 
 

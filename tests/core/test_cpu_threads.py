@@ -3,6 +3,7 @@ the option is on, never an error where the policy cannot be set."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -12,12 +13,24 @@ import numpy as np
 import pytest
 
 import nablax as nx
+from nablax import _config
 from nablax.core import cpu_threads
 
 pytestmark = pytest.mark.skipif(
     not (sys.platform.startswith("linux") and hasattr(os, "SCHED_BATCH")),
     reason="Linux scheduling policies",
 )
+
+
+@contextlib.contextmanager
+def _option_off():
+    """The option off for the whole process (it is process-wide), then exactly as before."""
+    value, source = _config._values["batch_xla_threads"], _config._sources["batch_xla_threads"]
+    nx.config.update("batch_xla_threads", False)
+    try:
+        yield
+    finally:
+        _config._values["batch_xla_threads"], _config._sources["batch_xla_threads"] = value, source
 
 
 def _policies() -> dict[int, int]:
@@ -43,7 +56,7 @@ def test_pool_threads_are_batch_after_a_compile_and_normal_when_turned_off():
     pols = _policies()
     assert pols, "XLA's CPU pool (tf_XLAEigen threads) was not found"
     assert set(pols.values()) == {os.SCHED_BATCH}
-    with nx.config.override(batch_xla_threads=False):
+    with _option_off():
         assert cpu_threads.apply() == len(pols)
         assert set(_policies().values()) == {os.SCHED_OTHER}
         assert cpu_threads.apply() == 0  # nothing left to put back
@@ -98,7 +111,7 @@ def test_python_thread_names_do_not_reach_the_os_name():
 
 
 def test_a_forbidden_policy_change_is_skipped_quietly(monkeypatch):
-    with nx.config.override(batch_xla_threads=False):
+    with _option_off():
         cpu_threads.apply()
     calls = []
 

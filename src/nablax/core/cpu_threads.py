@@ -15,6 +15,13 @@ a free core or the end of the running thread's time slice. Nothing else changes:
 the process (the user's, PyTorch's, JAX's own dispatch threads) are never touched, and turning the
 option off puts back the normal policy on the threads nablax changed. Where the policy cannot be
 set (another OS, a sandbox that forbids it), nothing happens.
+
+XLA's threads are told apart by more than their name, which any thread can set for itself: they
+are the native threads named ``tf_XLAEigen`` that Python's ``threading`` module does not know (a
+thread started from Python, whatever it calls itself, is never touched). The option is
+process-wide (the pool is the whole process's): set it with ``nx.config.update`` or
+``NABLAX_BATCH_XLA_THREADS``; ``nx.config.override``, which is scoped to one thread or task,
+refuses it.
 """
 
 from __future__ import annotations
@@ -34,14 +41,27 @@ _changed: set[int] = set()  # thread ids nablax moved to SCHED_BATCH (and not mo
 _supported = hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_BATCH")
 
 
+def _python_threads() -> set[int]:
+    """Native ids of every thread Python's ``threading`` knows: the user's (and the main thread).
+    XLA's pool threads are native threads that never run Python, so they are not among them."""
+    ids = {t.native_id for t in threading.enumerate()}
+    ids.add(threading.get_native_id())
+    return {i for i in ids if i is not None}
+
+
 def pool_threads() -> list[int]:
-    """Native ids of XLA's CPU pool threads in this process (empty where /proc is missing)."""
+    """Native ids of XLA's CPU pool threads in this process (empty where /proc is missing): the
+    native threads named ``tf_XLAEigen`` that are not Python threads. A name alone could be any
+    thread's (a user thread may set its own OS name), so a Python thread never counts."""
     try:
         tids = os.listdir(_TASKS)
     except OSError:
         return []
+    python = _python_threads()
     out = []
     for tid in tids:
+        if int(tid) in python:
+            continue
         try:
             with open(f"{_TASKS}/{tid}/comm") as f:
                 name = f.read().strip()
