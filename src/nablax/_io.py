@@ -8,6 +8,14 @@ numbers and strings among its leaves, and the true dtype of arrays safetensors c
 (complex: stored as their float pairs) are JSON in the file's metadata under ``"nablax"``. Loading
 reads JSON and raw arrays only: it never executes code from the file (no pickle).
 
+What ``save`` accepts, ``load`` returns equal (dtype and bits): an array of a dtype nablax tensors
+hold comes back as a tensor; a 64-bit one (``float64``, ``int64``, ``uint64``, ``complex128``, and
+the few ml_dtypes XLA cannot hold) as the NumPy array it was, never rounded or wrapped to 32 bits.
+Big-endian arrays come back in native byte order. Anything else (text, dates, objects, records,
+``longdouble``, masked arrays) is refused at save, naming the leaf. ``load`` checks every field of
+the metadata and raises ``ValueError`` naming the file for anything ``save`` does not write; a file
+may name each of its tensors once, so a loaded tree never holds more than the file's bytes.
+
 Writes are atomic: the file is written to a temporary file in the same directory, flushed to disk
 and renamed over the target, so a crash leaves either the old file or the new one. A new file gets
 the mode the umask gives; a replaced file keeps its mode; a symlink is written through (its target
@@ -30,9 +38,11 @@ import json
 import os
 import secrets
 import stat
+import sys
 from typing import Any
 
 import jax
+import ml_dtypes
 import numpy as np
 
 from . import tree as _tree
@@ -40,6 +50,9 @@ from .core.tensor import Tensor, realize
 
 _FORMAT = "nablax.tree/1"
 _META_KEY = "nablax"
+# the deepest tree save writes and load reads (a dict level is 3 JSON levels: far below the
+# recursion limits of json and of the decoder)
+_MAX_DEPTH = 100
 
 
 def block_until_ready(tree: Any) -> Any:
@@ -85,8 +98,22 @@ def _stored_fields(obj: Any) -> tuple[list[str], Any]:
     return names, lambda vals: jax.tree_util.tree_unflatten(treedef, [vals[n] for n in names])
 
 
-def _encode(node: Any, path: str, arrays: dict) -> Any:
+def _where(path: str) -> str:
+    return (path if len(path) <= 80 else path[:60] + "..." + path[-17:]) or "the root"
+
+
+def _encode(node: Any, path: str, arrays: dict, depth: int = 0) -> Any:
     """JSON of ``node``; array leaves go to ``arrays`` under their path."""
+    if depth > _MAX_DEPTH:
+        raise ValueError(
+            f"nx.save: {_where(path)} is nested deeper than {_MAX_DEPTH} levels, which is as deep "
+            f"as nx.load reads. Fix: flatten the tree (e.g. a dict of its leaves)"
+        )
+    if isinstance(node, np.ma.MaskedArray):
+        raise TypeError(
+            f"nx.save: {_where(path)} is a masked array, whose mask a checkpoint would drop. "
+            f"Fix: store its .data and np.ma.getmaskarray(...) as two leaves"
+        )
     if isinstance(node, (Tensor, jax.Array, np.ndarray)):
         arrays[path] = node
         return {"t": "array", "name": path}
@@ -95,9 +122,27 @@ def _encode(node: Any, path: str, arrays: dict) -> Any:
     if isinstance(node, (bool, np.bool_)):
         return {"t": "bool", "v": bool(node)}
     if isinstance(node, (int, np.integer)):
-        return {"t": "int", "v": int(node)}
+        v = int(node)
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+        if limit and v.bit_length() > 3 * limit:
+            try:
+                str(v)
+            except ValueError:
+                raise ValueError(
+                    f"nx.save: {_where(path)} is an int of about {int(v.bit_length() * 0.30103)} "
+                    f"digits, more than JSON reads back (sys.get_int_max_str_digits() is "
+                    f"{limit}). Fix: store it as a str leaf, or a uint8 array of its bytes"
+                ) from None
+        return {"t": "int", "v": v}
     if isinstance(node, (float, np.floating)):
-        return {"t": "float", "v": repr(float(node))}
+        v = float(node)
+        if v != node and not np.isnan(node):
+            raise TypeError(
+                f"nx.save: {_where(path)} is a {type(node).__name__} scalar {node!r} that a "
+                f"Python float cannot hold exactly (a checkpoint stores scalars as floats). Fix: "
+                f"cast it to float (float(x)) if its extra precision is not needed"
+            )
+        return {"t": "float", "v": repr(v)}
     if isinstance(node, str):
         return {"t": "str", "v": node}
     if isinstance(node, dict):
@@ -109,10 +154,12 @@ def _encode(node: Any, path: str, arrays: dict) -> Any:
             )
         return {
             "t": "dict",
-            "items": [[k, _encode(v, f"{path}[{k!r}]", arrays)] for k, v in node.items()],
+            "items": [
+                [k, _encode(v, f"{path}[{k!r}]", arrays, depth + 1)] for k, v in node.items()
+            ],
         }
     if isinstance(node, tuple) and hasattr(node, "_fields"):  # a namedtuple
-        kids = [_encode(v, f"{path}.{f}", arrays) for f, v in zip(node._fields, node)]
+        kids = [_encode(v, f"{path}.{f}", arrays, depth + 1) for f, v in zip(node._fields, node)]
         return {
             "t": "namedtuple",
             "cls": type(node).__qualname__,
@@ -120,11 +167,11 @@ def _encode(node: Any, path: str, arrays: dict) -> Any:
             "items": kids,
         }
     if isinstance(node, (list, tuple)):
-        kids = [_encode(v, f"{path}[{k}]", arrays) for k, v in enumerate(node)]
+        kids = [_encode(v, f"{path}[{k}]", arrays, depth + 1) for k, v in enumerate(node)]
         return {"t": type(node).__name__, "items": kids}
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
         names = _stored_fields(node)[0]
-        kids = [_encode(getattr(node, n), f"{path}.{n}", arrays) for n in names]
+        kids = [_encode(getattr(node, n), f"{path}.{n}", arrays, depth + 1) for n in names]
         return {"t": "dataclass", "cls": type(node).__qualname__, "fields": names, "items": kids}
     raise TypeError(
         f"nx.save: cannot store {path or 'the root'}, a {type(node).__name__}: checkpoints hold "
@@ -133,71 +180,72 @@ def _encode(node: Any, path: str, arrays: dict) -> Any:
     )
 
 
-def _decode(spec: Any, arrays: dict, like: Any, path: str, file: str) -> Any:
-    t = spec["t"]
-    if t == "array":
-        return Tensor(arrays[spec["name"]])
-    if t == "none":
-        return None
-    if t in ("bool", "int", "str"):
-        return {"bool": bool, "int": int, "str": str}[t](spec["v"])
-    if t == "float":
-        return float(spec["v"])
-    if t == "dict":
-        return {k: _decode(v, arrays, None, f"{path}[{k!r}]", file) for k, v in spec["items"]}
-    if t in ("list", "tuple"):
-        kids = [_decode(v, arrays, None, f"{path}[{k}]", file) for k, v in enumerate(spec["items"])]
-        return kids if t == "list" else tuple(kids)
-    if t in ("namedtuple", "dataclass"):
-        # the class is not imported from the file (no code runs): its fields come back as a dict,
-        # or as the class of ``like=`` when given (see load)
-        return {
-            f: _decode(v, arrays, None, f"{path}.{f}", file)
-            for f, v in zip(spec["fields"], spec["items"])
-        }
-    raise ValueError(f"nx.load: {file} has an unknown tree node kind {t!r} at {path or 'the root'}")
+# ---- dtypes ----------------------------------------------------------------------------------------
 
-
-# ---- dtypes safetensors cannot hold --------------------------------------------------------------
-
-_STORABLE = {
+# dtypes safetensors (and safetensors.numpy) hold as they are
+_PLAIN = {
     np.dtype(d)
-    for d in (
-        "float64",
-        "float32",
-        "float16",
-        "int64",
-        "int32",
-        "int16",
-        "int8",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "bool",
-    )
+    for d in "float64 float32 float16 int64 int32 int16 int8 uint8 uint16 uint32 uint64 bool".split()
+}
+# complex: stored as (..., 2) float pairs
+_COMPLEX = {np.dtype("complex64"): np.dtype("float32"), np.dtype("complex128"): np.dtype("float64")}
+# ml_dtypes (bfloat16, float8, int4, ...): stored as unsigned integers of their raw bits
+_BITS_OF = {1: np.dtype("uint8"), 2: np.dtype("uint16"), 4: np.dtype("uint32")}
+_ML = {
+    d.name: d
+    for d in (np.dtype(t) for t in vars(ml_dtypes).values() if isinstance(t, type))
+    if d.type.__module__.startswith("ml_dtypes") and d.itemsize in _BITS_OF
+}
+# the dtypes a file's metadata may name, by name
+_STORED_AS = {**{d.name: d for d in _COMPLEX}, **_ML}
+# dtypes nablax tensors do not hold (64-bit: tensors are 32-bit, as JAX's default; the ml_dtypes
+# XLA has no type for): such leaves come back as the NumPy arrays they were
+_ML_IN_TENSORS = {"bfloat16", "float4_e2m1fn", "int2", "int4", "uint2", "uint4"}
+_AS_NUMPY = {np.dtype(d) for d in ("float64", "int64", "uint64", "complex128")} | {
+    d for n, d in _ML.items() if n not in _ML_IN_TENSORS and not n.startswith("float8_")
 }
 
 
-def _to_storable(a: np.ndarray) -> tuple[np.ndarray, str | None]:
-    """``(array safetensors can hold, original dtype name or None)``."""
-    if a.dtype in _STORABLE:  # (ascontiguousarray makes a 0-d array 1-d: reshape it back)
+def _refusal(d: np.dtype, where: str) -> TypeError:
+    if d.kind in "fc":  # longdouble / clongdouble
+        to = "float64" if d.kind == "f" else "complex128"
+        return TypeError(
+            f"nx.save: {where} is an array of {d.name}, wider than any dtype safetensors holds. "
+            f"Fix: cast to {to} (a.astype(np.{to})) if its extra precision is not needed"
+        )
+    if d.kind in "Mm":
+        fix = f"store a.astype(np.int64) and its unit ({np.datetime_data(d)[0]}) as a str leaf"
+    elif d.kind == "V" and d.names:
+        fix = f"store each field as its own leaf ({list(d.names)})"
+    else:
+        fix = {
+            "U": "store the text as Python str leaves (a.tolist())",
+            "S": "store the bytes as a uint8 array (np.frombuffer(a.tobytes(), np.uint8))",
+            "O": "convert it to an array of numbers (a.astype(np.float32), ...)",
+            "V": "store its bytes as a uint8 array (a.view(np.uint8))",
+        }.get(d.kind, "cast it to a number dtype")
+    return TypeError(
+        f"nx.save: {where} is an array of {d.name} ({d.str}), which checkpoints do not hold "
+        f"(numbers only). Fix: {fix}"
+    )
+
+
+def _to_storable(a: np.ndarray, where: str) -> tuple[np.ndarray, str | None]:
+    """``(array safetensors can hold, original dtype name or None)``; a dtype that would not come
+    back equal raises naming the leaf."""
+    d = a.dtype
+    if not d.isnative and d.kind in "biufc":  # big-endian: the same values, native bytes
+        a = a.astype(d.newbyteorder("="))
+        d = a.dtype
+    # (ascontiguousarray makes a 0-d array 1-d: reshape it back)
+    if d in _PLAIN:
         return np.ascontiguousarray(a).reshape(a.shape), None
-    if a.dtype.kind == "c":  # complex: (..., 2) float pairs
-        real = np.float32 if a.dtype == np.complex64 else np.float64
-        return np.ascontiguousarray(a).view(real).reshape(a.shape + (2,)), a.dtype.name
-    # bfloat16 and the other ml_dtypes: their raw bits as unsigned integers of the same width
-    bits = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.dtype.itemsize]
-    return np.ascontiguousarray(a).view(bits).reshape(a.shape), a.dtype.name
-
-
-def _from_storable(a: np.ndarray, name: str | None) -> np.ndarray:
-    if name is None:
-        return a
-    dtype = np.dtype(jax.numpy.dtype(name))
-    if dtype.kind == "c":
-        return np.ascontiguousarray(a).view(dtype).reshape(a.shape[:-1])
-    return a.view(dtype)
+    if d in _COMPLEX:
+        pairs = np.ascontiguousarray(a).view(_COMPLEX[d]).reshape(a.shape + (2,))
+        return pairs, d.name
+    if _ML.get(d.name) == d:
+        return np.ascontiguousarray(a).view(_BITS_OF[d.itemsize]).reshape(a.shape), d.name
+    raise _refusal(d, where)
 
 
 # ---- save / load ------------------------------------------------------------------------------------
@@ -207,7 +255,12 @@ def save(path: str | os.PathLike, tree: Any) -> None:
     """Write the pytree ``tree`` (tensors, arrays, Python numbers, strings, ``None``, in dicts,
     lists, tuples, namedtuples, registered dataclasses such as modules and optimizer states) to
     the ``.safetensors`` file ``path``, atomically. Pending tensors are computed first, as one
-    program. A new file gets the mode the umask gives, a replaced one keeps its mode, and a
+    program.
+
+    Only what :func:`load` returns equal is accepted: an array of a dtype checkpoints do not hold
+    (text, dates, objects, records, ``longdouble``), a masked array, a tree nested deeper than
+    100 levels raise ``TypeError``/``ValueError`` naming the leaf and the fix, before any file is
+    written. A new file gets the mode the umask gives, a replaced one keeps its mode, and a
     symlink is written through to its target.
 
     >>> import os, tempfile
@@ -226,7 +279,7 @@ def save(path: str | os.PathLike, tree: Any) -> None:
     tensors, dtypes = {}, {}
     for name, a in arrays.items():
         value = a.numpy() if isinstance(a, Tensor) else np.asarray(a)
-        tensors[name or "[root]"], orig = _to_storable(value)
+        tensors[name or "[root]"], orig = _to_storable(value, _where(name))
         if orig is not None:
             dtypes[name or "[root]"] = orig
     if "" in arrays:  # the whole tree is one array
@@ -300,12 +353,13 @@ def load(path: str | os.PathLike, like: Any = None) -> Any:
     restore, e.g. a freshly initialized model or optimizer state), the result has ``like``'s
     containers and classes, and every leaf is checked against it: structure, shape and dtype.
     Without it, dicts, lists, tuples and ``None`` come back as they were and dataclasses and
-    namedtuples as dicts of their fields (classes are never imported from the file).
+    namedtuples as dicts of their fields (classes are never imported from the file). Arrays of
+    dtypes tensors hold come back as tensors, 64-bit ones as NumPy arrays of their dtype.
 
-    A missing, truncated, foreign or mismatched file raises ``ValueError`` naming the path and
-    (for a mismatch) the first differing leaf.
+    A missing, truncated, foreign, malformed or mismatched file raises ``ValueError`` naming the
+    path and (for a mismatch) the first differing leaf, never another exception; a file naming a
+    tensor more than once is malformed.
     """
-    from safetensors import SafetensorError
     from safetensors.numpy import load as _st_load
 
     path = os.fspath(path)
@@ -318,52 +372,175 @@ def load(path: str | os.PathLike, like: Any = None) -> Any:
         raise ValueError(f"nx.load: {path} is a directory, not a checkpoint file") from None
     try:
         arrays = _st_load(data)
-        meta = _read_meta(data)
-    except (SafetensorError, ValueError, OSError, UnicodeDecodeError) as e:
+        raw = _read_meta(data)
+    except Exception as e:  # the file's bytes are untrusted: any failure to parse them is theirs
         raise ValueError(
-            f"nx.load: {path} is not a readable safetensors file (truncated or corrupt?): {e}"
+            f"nx.load: {path} is not a readable safetensors file (truncated or corrupt?): "
+            f"{type(e).__name__}: {e}"
         ) from None
-    if meta is None or meta.get("format") != _FORMAT:
-        found = "no nablax metadata" if meta is None else f"format {meta.get('format')!r}"
+    del data
+    if raw is None:
         raise ValueError(
-            f"nx.load: {path} is a safetensors file with {found}; nx.load reads files written "
-            f"by nx.save ({_FORMAT}). Fix: read it with the safetensors library directly"
+            f"nx.load: {path} is a safetensors file with no nablax metadata; nx.load reads files "
+            f"written by nx.save ({_FORMAT}). Fix: read it with the safetensors library directly"
         )
-    for name, orig in meta.get("dtypes", {}).items():
-        if name in arrays:
-            arrays[name] = _from_storable(arrays[name], orig)
-    missing = [s for s in _array_names(meta["tree"]) if s not in arrays]
-    if missing:
-        raise ValueError(f"nx.load: {path} lacks the tensor {missing[0]} that its tree names")
-    out = _decode(meta["tree"], arrays, None, "", path)
+    out = _Decoder(path, arrays).run(raw)
     if like is None:
         return out
     return _restore_like(out, like, "", path)
 
 
-def _read_meta(data: bytes) -> dict | None:
+def _read_meta(data: bytes) -> str | None:
+    """The nablax metadata string of a file safetensors has parsed (so its header is valid)."""
     n = int.from_bytes(data[:8], "little")
     header = json.loads(data[8 : 8 + n].decode("utf-8"))
-    raw = (header.get("__metadata__") or {}).get(_META_KEY)
-    return None if raw is None else json.loads(raw)
+    return (header.get("__metadata__") or {}).get(_META_KEY)
 
 
-def _array_names(spec: Any):
-    if spec.get("t") == "array":
-        yield spec["name"]
-    for item in spec.get("items", ()):
-        yield from _array_names(item[1] if spec["t"] == "dict" else item)
+def _short(x: Any) -> str:
+    r = repr(x)
+    return f"{type(x).__name__} {r if len(r) <= 40 else r[:37] + '...'}"
+
+
+class _Decoder:
+    """The tree of a file's metadata, every field checked; each tensor is materialized once."""
+
+    def __init__(self, file: str, arrays: dict):
+        self.file, self.arrays = file, arrays
+        self.used: dict[str, str] = {}  # tensor name -> where the tree named it
+
+    def bad(self, path: str | None, what: str) -> ValueError:
+        at = "" if path is None else f" at {_where(path)} of its tree"
+        return ValueError(
+            f"nx.load: {self.file} is malformed{at}: {what} (nx.save does not write this; the "
+            f"file is corrupt or was not written by nx.save)"
+        )
+
+    def run(self, raw: str) -> Any:
+        try:
+            meta = json.loads(raw)
+        except (ValueError, RecursionError) as e:
+            what = f"its metadata is not JSON nablax reads ({type(e).__name__})"
+            raise self.bad(None, what) from None
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+            found = meta.get("format") if isinstance(meta, dict) else _short(meta)
+            raise ValueError(
+                f"nx.load: {self.file} is a safetensors file with nablax metadata of format "
+                f"{found!r}; nx.load reads files written by nx.save ({_FORMAT})"
+            )
+        if "tree" not in meta:
+            raise self.bad(None, "its metadata has no tree")
+        dtypes = meta.get("dtypes", {})
+        if not isinstance(dtypes, dict):
+            raise self.bad(None, f"'dtypes' is {_short(dtypes)}, not an object")
+        for name, orig in dtypes.items():
+            self.arrays[name] = self.stored(name, orig)
+        return self.decode(meta["tree"], "", 0)
+
+    def stored(self, name: str, orig: Any) -> np.ndarray:
+        """The array ``name`` as the dtype ``orig`` the metadata gives it (a view, no copy)."""
+        d = _STORED_AS.get(orig) if isinstance(orig, str) else None
+        if d is None:
+            raise self.bad(None, f"'dtypes' gives the tensor {name!r} the dtype {_short(orig)}")
+        a = self.arrays.get(name)
+        if a is None:
+            raise self.bad(None, f"'dtypes' names the tensor {name!r}, which the file lacks")
+        if d in _COMPLEX:
+            if a.dtype != _COMPLEX[d] or a.ndim == 0 or a.shape[-1] != 2:
+                raise self.bad(None, f"{d.name} tensor {name!r} stored as {a.dtype}{a.shape}")
+            return np.ascontiguousarray(a).view(d).reshape(a.shape[:-1])
+        if a.dtype != _BITS_OF[d.itemsize]:
+            raise self.bad(None, f"{d.name} tensor {name!r} stored as {a.dtype}")
+        return a.view(d)
+
+    def leaf(self, spec: dict, path: str) -> Any:
+        name = spec.get("name")
+        if not isinstance(name, str) or name not in self.arrays:
+            raise self.bad(path, f"it names the tensor {_short(name)}, which the file lacks")
+        if name in self.used:
+            raise self.bad(
+                path,
+                f"it names the tensor {name!r} twice (also at {_where(self.used[name])}); each "
+                f"tensor may be named once",
+            )
+        self.used[name] = path
+        a = self.arrays[name]
+        if a.dtype == np.bool_ and a.size and a.view(np.uint8).max() > 1:
+            raise self.bad(path, f"the bool tensor {name!r} holds bytes other than 0 and 1")
+        if a.dtype in _AS_NUMPY:
+            return np.array(a)  # a writable copy, not a view of the file's bytes
+        return Tensor(a)
+
+    def value(self, spec: dict, path: str, kind: type) -> Any:
+        v = spec.get("v")
+        if type(v) is not kind:  # (exact: a JSON true is not an int, 1 is not a bool)
+            raise self.bad(path, f"a {spec['t']} node holds {_short(v)}")
+        return v
+
+    def items(self, spec: dict, path: str) -> list:
+        items = spec.get("items")
+        if not isinstance(items, list):
+            raise self.bad(path, f"a {spec['t']} node's items are {_short(items)}, not a list")
+        return items
+
+    def decode(self, spec: Any, path: str, depth: int) -> Any:
+        if depth > _MAX_DEPTH:
+            raise self.bad(path, f"the tree is nested deeper than {_MAX_DEPTH} levels")
+        if not isinstance(spec, dict) or not isinstance(spec.get("t"), str):
+            raise self.bad(path, f"a node is {_short(spec)}, not an object with a string 't'")
+        t = spec["t"]
+        if t == "array":
+            return self.leaf(spec, path)
+        if t == "none":
+            return None
+        if t in ("bool", "int", "str"):
+            return self.value(spec, path, {"bool": bool, "int": int, "str": str}[t])
+        if t == "float":
+            try:
+                return float(self.value(spec, path, str))
+            except ValueError:
+                raise self.bad(path, f"a float node holds {_short(spec['v'])}") from None
+        if t == "dict":
+            out = {}
+            for item in self.items(spec, path):
+                if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+                    raise self.bad(path, f"a dict item is {_short(item)}, not a [str, node] pair")
+                k = item[0]
+                if k in out:
+                    raise self.bad(path, f"the dict has the key {k!r} twice")
+                out[k] = self.decode(item[1], f"{path}[{k!r}]", depth + 1)
+            return out
+        if t in ("list", "tuple"):
+            items = self.items(spec, path)
+            kids = [self.decode(v, f"{path}[{k}]", depth + 1) for k, v in enumerate(items)]
+            return kids if t == "list" else tuple(kids)
+        if t in ("namedtuple", "dataclass"):
+            # the class is not imported from the file (no code runs): its fields come back as a
+            # dict, or as the class of ``like=`` when given (see load)
+            items, fields = self.items(spec, path), spec.get("fields")
+            if not (
+                isinstance(fields, list)
+                and all(isinstance(f, str) for f in fields)
+                and len(set(fields)) == len(fields) == len(items)
+            ):
+                raise self.bad(
+                    path, f"a {t}'s fields {_short(fields)} are not {len(items)} distinct names"
+                )
+            return {f: self.decode(v, f"{path}.{f}", depth + 1) for f, v in zip(fields, items)}
+        raise ValueError(
+            f"nx.load: {self.file} has an unknown tree node kind {t!r} at {_where(path)}"
+        )
 
 
 def _restore_like(got: Any, like: Any, path: str, file: str) -> Any:
     """``got`` (decoded) in the structure of ``like``, checked leaf by leaf."""
     where = path or "the root"
     if isinstance(like, (Tensor, jax.Array, np.ndarray)):
-        if not isinstance(got, Tensor):
+        if not isinstance(got, (Tensor, np.ndarray)):
             raise ValueError(
                 f"nx.load: {file} has {_kind(got)} at {where}, where like= has a tensor"
             )
-        want = (tuple(like.shape), np.dtype(like.dtype))
+        want = (tuple(like.shape), np.dtype(like.dtype).newbyteorder("="))  # (as save stores)
         have = (tuple(got.shape), np.dtype(got.dtype))
         if want != have:
             raise ValueError(
@@ -423,6 +600,8 @@ def _check_keys(got: Any, names: list, where: str, file: str, what: str) -> None
 def _kind(x: Any) -> str:
     if isinstance(x, Tensor):
         return f"a tensor {np.dtype(x.dtype).name}{list(x.shape)}"
+    if isinstance(x, np.ndarray):
+        return f"a NumPy array {x.dtype.name}{list(x.shape)}"
     if isinstance(x, dict):
         return f"a mapping with keys {sorted(map(str, x))[:5]}"
     if isinstance(x, (list, tuple)):
