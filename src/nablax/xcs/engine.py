@@ -44,6 +44,7 @@ import types
 from typing import Any
 
 from . import scheduler
+from ._snapshot import Uncopyable, mutates_arguments, snapshot
 from .futures import Deferred, Lazy, LazyStr, Pending, current_engine, fstring, pending_in, resolve
 
 _current = current_engine
@@ -83,6 +84,11 @@ class PlanNode:
     after: tuple[int, ...] = ()
     schedule: str = ""
     observed: bool = dataclasses.field(default=False, repr=False)  # its failure reached the code
+    # its result as it returned it, for the calls that take it (None: not kept; see _snapshot.py)
+    pristine: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    # its result could not be copied: a read by the program first waits for these calls
+    consumers: list = dataclasses.field(default_factory=list, init=False, repr=False, compare=False)
+    shared: bool = dataclasses.field(default=False, init=False, repr=False, compare=False)
 
     @property
     def duration(self) -> float:
@@ -191,15 +197,21 @@ class Engine:
             raise self.fatal
         route, c = self.route(fn)
         if route == "submit":
-            return self.submit(fn, args, kw, c)
-        if route == "store" or not self.any_pending:
+            if mutates_arguments(fn) is None:
+                return self.submit(fn, args, kw, c)
+            # it changes an argument in place: it runs now, on the program's own objects
+            args, kw = _resolve_in_place(args), _resolve_in_place(kw)
+        elif route == "store" or not self.any_pending:
             return fn(*args, **kw)
         if route == "defer":
             if fn.__name__ == "join" and len(args) == 1 and not isinstance(args[0], (list, tuple)):
                 args = (list(args[0]),)  # read a generator now, in order, as plain Python would
             if pending_in((args, kw), []):
-                return Deferred(fn, args, kw)
-            return fn(*args, **kw)
+                try:  # joined later: from the parts as they are now
+                    return Deferred(fn, snapshot(args), snapshot(kw))
+                except Uncopyable:
+                    pass
+            return fn(*resolve(args), **resolve(kw))
         if c is not None and c.kind in ("orchestration", "hybrid"):
             if _effects(c):
                 self.settle()  # every earlier call must have succeeded
@@ -261,6 +273,11 @@ class Engine:
 
     # -- nodes ------------------------------------------------------------------------------------
     def submit(self, fn: Any, args: tuple, kw: dict, c: Any = None) -> Pending:
+        try:  # the call sees its arguments as they are now, whenever it starts
+            args, kw = snapshot(args, "args"), snapshot(kw, "kwargs")
+            held = None
+        except Uncopyable as e:  # shared as they are: the program waits for the call to end
+            held = str(e)
         deps = pending_in((args, kw), []) if self.any_pending else []
         effects = _effects(c)
         why = _why(c)
@@ -276,10 +293,14 @@ class Engine:
             else:
                 after = ()
                 schedule = f"early: read-only ({why})"
+            if held is not None:
+                schedule += f"; the program waited for it ({held}, which cannot be copied)"
             node = PlanNode(
                 i, _name(fn), tuple(sorted({d.node.id for d in deps})),
                 time.perf_counter() - self.t0, effects=effects, after=after, schedule=schedule,
             )  # fmt: skip
+            for d in deps:
+                d.node.consumers.append(fut)
             self.nodes.append(node)
             self.futures.append(fut)
             self.any_pending = True
@@ -302,6 +323,8 @@ class Engine:
 
             for w in waiting:
                 w.add_done_callback(ready)
+        if held is not None:
+            scheduler.wait(fut)  # nothing may change its arguments before it has run
         return Pending(fut, node)
 
     def _start(self, fn, args, kw, node: PlanNode, fut: cf.Future, deps: list, direct: bool):
@@ -333,7 +356,7 @@ class Engine:
                 scheduler.submit(self.executor, self._run, fn, args, kw, node, fut)
             else:  # another process (Dask, a process pool): the user's function, real values
                 node.start = time.perf_counter() - self.t0
-                remote = scheduler.submit(self.executor, fn, *resolve(args), **resolve(kw))
+                remote = scheduler.submit(self.executor, fn, *_given(args), **_given(kw))
                 remote.add_done_callback(lambda r: self._finish_remote(r, node, fut))
         except BaseException as e:  # noqa: BLE001 - the executor refused the work
             node.error = f"the executor did not take the call: {type(e).__name__}: {e}"[:200]
@@ -345,13 +368,14 @@ class Engine:
     def _run(self, fn, args, kw, node: PlanNode, fut: cf.Future) -> None:
         node.start = time.perf_counter() - self.t0
         try:
-            result = fn(*resolve(args), **resolve(kw))
+            result = fn(*_given(args), **_given(kw))
         except BaseException as e:  # noqa: BLE001 - delivered to whoever reads the value
             node.end = time.perf_counter() - self.t0
             node.error = f"{type(e).__name__}: {e}"[:200]
             fut.set_exception(e)
             return
         node.end = time.perf_counter() - self.t0
+        _keep(node, result)
         fut.set_result(result)
 
     def _finish_remote(self, remote: cf.Future, node: PlanNode, fut: cf.Future) -> None:
@@ -361,6 +385,7 @@ class Engine:
             node.error = f"{type(err).__name__}: {err}"[:200]
             fut.set_exception(err)
         else:
+            _keep(node, remote.result())
             fut.set_result(remote.result())
 
     # -- program order ----------------------------------------------------------------------------
@@ -415,6 +440,9 @@ class Engine:
             return exc
         finally:
             self.t_end = time.perf_counter()
+            for n in self.nodes:  # the plan outlives the invocation: drop the results' copies
+                n.pristine = None
+                n.consumers.clear()
 
     # -- reports ----------------------------------------------------------------------------------
     def plan(self) -> Plan:
@@ -446,6 +474,68 @@ def _effects(c: Any) -> bool:
     if not SEQUENTIAL_RULE:
         return False
     return True if c is None else bool(getattr(c, "effects", False))
+
+
+def _keep(node: PlanNode, result: Any) -> None:
+    """Keep ``result`` as the call returned it for the calls that take it (the program may change
+    the object it reads); a result that cannot be copied is shared, and read with care."""
+    if type(result) in (str, int, float, bool, bytes, type(None)):
+        return
+    try:
+        copy = snapshot(result, "result")
+    except Uncopyable:
+        node.shared = True
+        return
+    if copy is not result:
+        node.pristine = (copy,)
+
+
+def _given(x: Any, depth: int = 0) -> Any:
+    """What a call receives: ``x`` with each pending value replaced by its result as the call
+    that made it returned it (a fresh copy for each call), never a future."""
+    if isinstance(x, Pending):
+        kept = x.node.pristine
+        if kept is not None:
+            try:
+                return snapshot(kept[0], "result")
+            except Uncopyable:  # pragma: no cover - it was copied once
+                return kept[0]
+        return resolve(x)
+    if isinstance(x, Lazy):
+        return resolve(x)
+    if depth > 64:
+        return resolve(x)
+    t = type(x)
+    if t is list or t is tuple:
+        vals = [_given(v, depth + 1) for v in x]
+        return x if all(a is b for a, b in zip(vals, x)) else t(vals)
+    if t is dict:
+        vals = {k: _given(v, depth + 1) for k, v in x.items()}
+        return x if all(vals[k] is v for k, v in x.items()) else vals
+    return resolve(x)
+
+
+def _resolve_in_place(x: Any, depth: int = 0) -> Any:
+    """``x`` with the pending values inside its lists and dicts replaced by their values in place
+    (the objects stay the program's own: a function that changes them changes the program's)."""
+    if isinstance(x, Lazy):
+        return resolve(x)
+    if depth > 64:
+        return x
+    if type(x) is list:
+        for i, v in enumerate(x):
+            r = _resolve_in_place(v, depth + 1)
+            if r is not v:
+                x[i] = r
+    elif type(x) is dict:
+        for k, v in list(x.items()):
+            r = _resolve_in_place(v, depth + 1)
+            if r is not v:
+                x[k] = r
+    elif type(x) is tuple:
+        vals = [_resolve_in_place(v, depth + 1) for v in x]
+        return x if all(a is b for a, b in zip(vals, x)) else tuple(vals)
+    return x
 
 
 def _mark(event: Any) -> None:

@@ -133,6 +133,15 @@ class Pending(Lazy):
     def _eval(self) -> Any:
         return scheduler.result(self.future)
 
+    def value(self) -> Any:
+        out = super().value()
+        if getattr(self.node, "shared", False):
+            # a result that could not be copied: the calls that take it get it before the
+            # program, which may change it, has it
+            for f in list(self.node.consumers):
+                scheduler.wait(f)
+        return out
+
     def _mark_observed(self) -> None:
         self.node.observed = True  # the program saw this failure (it may catch it)
 
@@ -293,6 +302,8 @@ def resolve(x: Any, depth: int = 0) -> Any:
     its real value, waiting as needed. Containers without lazy values are returned as they are."""
     if isinstance(x, Lazy):
         return resolve(x.value(), depth + 1) if depth < 64 else x.value()
+    if depth > 64:  # deeper (or cyclic) data: as it is, as pending_in walks it
+        return x
     t = type(x)
     if t is list or t is tuple:
         vals = [resolve(v, depth + 1) for v in x]
