@@ -466,3 +466,10 @@ def test_a_missing_directory_is_reported_with_the_users_path(tmp_path):
         nx.save(tmp_path / "d", {"w": nx.ones(1)})
     assert str(tmp_path / "d") in str(e.value) and ".nablax-save-" not in str(e.value)
     assert os.listdir(tmp_path / "d") == [] and sorted(os.listdir(tmp_path)) == ["d"]
+
+
+def test_bytes_paths_work_like_str_paths(tmp_path):
+    path = os.path.join(str(tmp_path), "b.safetensors")
+    nx.save(os.fsencode(path), {"w": nx.ones(2)})
+    assert nx.load(os.fsencode(path))["w"].tolist() == [1.0, 1.0]
+    assert nx.load(path)["w"].shape == (2,)

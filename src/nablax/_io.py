@@ -272,7 +272,7 @@ def save(path: str | os.PathLike, tree: Any) -> None:
     """
     from safetensors.numpy import save as _st_save
 
-    path = os.fspath(path)
+    path = os.fsdecode(path)  # (a bytes path too)
     arrays: dict = {}
     structure = _encode(tree, "", arrays)
     realize(*[a for a in arrays.values() if isinstance(a, Tensor)])
@@ -362,7 +362,7 @@ def load(path: str | os.PathLike, like: Any = None) -> Any:
     """
     from safetensors.numpy import load as _st_load
 
-    path = os.fspath(path)
+    path = os.fsdecode(path)  # (a bytes path too)
     try:
         with open(path, "rb") as f:
             data = f.read()
