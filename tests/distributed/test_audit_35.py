@@ -16,7 +16,11 @@ import pytest
 import nablax as nx
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-ENV = {**os.environ, "PYTHONPATH": str(SRC), "JAX_PLATFORMS": "cpu"}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+    "JAX_PLATFORMS": "cpu",
+}
 
 
 def launch(*args, timeout: float = 60, env=None) -> subprocess.CompletedProcess:

@@ -15,7 +15,13 @@ EXAMPLE = ROOT / "examples" / "data_parallel.py"
 
 
 def _run(args: list[str], out: Path) -> list[float]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
+        ),
+        "JAX_PLATFORMS": "cpu",
+    }
     env.pop("XLA_FLAGS", None)  # the suite's 8 virtual devices: each run sets its own count
     proc = subprocess.run(
         [sys.executable, *args, "--out", str(out)],

@@ -21,7 +21,11 @@ CASES = Path(__file__).with_name("cluster_cases.py")
 
 
 def launch(*args, timeout: float = 90) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(SRC), "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+        "JAX_PLATFORMS": "cpu",
+    }
     return subprocess.run(
         [sys.executable, "-m", "nablax.launch", *map(str, args)],
         env=env,

@@ -229,7 +229,11 @@ def test_a_fresh_process_finds_configs_of_classes_its_kernels_declare(tmp_path):
     Kernel[Cfg, Out] base), in a process that never stored it: no import, and no re-tuning."""
     script, path = tmp_path / "fresh.py", tmp_path / "kernels.sqlite"
     script.write_text(_FRESH)
-    env = {**os.environ, "PYTHONPATH": str(SRC), "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+        "JAX_PLATFORMS": "cpu",
+    }
 
     def run(scale: str) -> str:
         p = subprocess.run(
@@ -507,7 +511,11 @@ def test_processes_writing_the_same_file(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     path = tmp_path / "shared.sqlite"
     script = textwrap.dedent(_WORKER.format(mod_dir=str(tmp_path), path=str(path)))
-    env = {**os.environ, "PYTHONPATH": str(SRC), "JAX_PLATFORMS": "cpu"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+        "JAX_PLATFORMS": "cpu",
+    }
     procs = [
         subprocess.Popen([sys.executable, "-c", script, str(w)], env=env, stderr=subprocess.PIPE)
         for w in range(4)

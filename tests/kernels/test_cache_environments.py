@@ -48,7 +48,12 @@ def _cfgmod(folder: Path) -> None:
 
 
 def _env(**extra: str) -> dict:
-    return {**os.environ, "PYTHONPATH": str(SRC), "JAX_PLATFORMS": "cpu", **extra}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+        "JAX_PLATFORMS": "cpu",
+        **extra,
+    }
 
 
 def _child(folder: Path, body: str, schema: int = 1, env: dict | None = None, argv=()) -> dict:

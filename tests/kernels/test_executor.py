@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -268,7 +269,14 @@ def test_call_key_is_stable_across_processes_and_depends_on_closures(tmp_path):
             capture_output=True,
             text=True,
             check=True,
-            env={"PYTHONPATH": str(src), "JAX_PLATFORMS": "cpu", "PYTHONHASHSEED": "random"},
+            env={
+                **os.environ,  # inherit (a GPU run's settings, the suite's cache dir)
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(src), os.environ.get("PYTHONPATH")])
+                ),
+                "JAX_PLATFORMS": "cpu",
+                "PYTHONHASHSEED": "random",
+            },
         )
         keys.add(out.stdout.strip())
     assert len(keys) == 1
