@@ -9,6 +9,7 @@ out-of-bounds gather does: ``jnp.take_along_axis`` fills NaN).
 from __future__ import annotations
 
 import math
+from functools import cached_property
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 
 import nablax as nx
 import nablax.nn.functional as F
+from nablax import nn
 
 torch = pytest.importorskip("torch")
 TF = torch.nn.functional
@@ -151,3 +153,131 @@ def test_fused_node_kept_and_matches_jax_take_along_axis():
     logp = jnp.asarray(x) - jnp.log(jnp.sum(jnp.exp(jnp.asarray(x)), axis=1, keepdims=True))
     ref = -jnp.take_along_axis(logp, jnp.asarray(y)[:, None], axis=1)[:, 0]
     np.testing.assert_allclose(loss.numpy(), np.asarray(ref), rtol=1e-5, atol=1e-6)
+
+
+# ---- nn.Module: an attribute without a field is refused at construction -------------------------
+
+
+def _key():
+    return nx.random.key(0)
+
+
+def test_attribute_without_a_field_is_refused_naming_class_attribute_and_fix():
+    """Old code accepted ``self.head`` and the first ``value_and_grad`` failed with
+    "'Net' object has no attribute 'head'" (the transforms rebuild a module from its fields)."""
+
+    class Net(nn.Module):
+        body: nn.Linear
+
+        def __init__(self, key):
+            self.body = nn.Linear(2, 2, key=key)
+            self.head = nn.Linear(2, 1, key=key)
+
+        def __call__(self, x):
+            return self.head(self.body(x))
+
+    with pytest.raises(
+        TypeError,
+        match=r"Net\.__init__ set self\.head \(Linear\), which is not a "
+        r"field of Net.*dropped.*Fix: declare it in the class body, `head: nn.Linear`",
+    ):
+        Net(_key())
+
+
+def test_static_configuration_without_a_field_is_refused_with_the_static_declaration():
+    class Scaled(nn.Module):
+        w: nx.Tensor
+
+        def __init__(self):
+            self.w = nx.ones(2)
+            self.factor = 3.0
+            self.act = nx.relu
+
+        def __call__(self, x):
+            return self.act(x * self.w * self.factor)
+
+    with pytest.raises(
+        TypeError,
+        match=r"self\.factor \(float\).*also not fields: act.*"
+        r"`factor: float = nn.field\(static=True\)`",
+    ):
+        Scaled()
+
+
+def test_post_init_private_names_and_subclasses_are_refused_too():
+    class Post(nn.Module):
+        w: nx.Tensor
+
+        def __post_init__(self):
+            self.scale = nx.ones(1)
+
+    with pytest.raises(
+        TypeError, match=r"Post\.__init__ set self\.scale \(Tensor\).*`scale: nx.Tensor`"
+    ):
+        Post(nx.ones(2))
+
+    class Cached(nn.Module):
+        w: nx.Tensor
+
+        def __init__(self):
+            self.w = nx.ones(2)
+            self._norm = self.w.sum()  # a private cache would vanish the same way
+
+    with pytest.raises(TypeError, match=r"Cached\.__init__ set self\._norm"):
+        Cached()
+
+    class Base(nn.Module):
+        w: nx.Tensor
+
+        def __init__(self):
+            self.w = nx.ones(2)
+
+    class Child(Base):
+        def __init__(self):
+            super().__init__()
+            self.extra = 1
+
+    Base()  # the base alone is fine
+    with pytest.raises(TypeError, match=r"Child\.__init__ set self\.extra \(int\)"):
+        Child()
+
+
+def test_declared_fields_survive_every_transform_and_cached_property_is_recomputed():
+    """The fix the error suggests works: the same model with declared fields goes through
+    ``value_and_grad``, ``compile``, ``vmap`` and an optimizer step. A ``functools.cached_property``
+    computed in ``__init__`` is allowed: a transform drops it, and it is recomputed from the
+    fields on the next access."""
+    from nablax import optim
+
+    class Net(nn.Module):
+        body: nn.Linear
+        head: nn.Linear
+        factor: float = nn.field(static=True)
+
+        def __init__(self, key):
+            k1, k2 = nx.random.split(key)
+            self.body = nn.Linear(2, 3, key=k1)
+            self.head = nn.Linear(3, 1, key=k2)
+            self.factor = 2.0
+            assert self.n_params == 13
+
+        @cached_property
+        def n_params(self):
+            return sum(int(np.prod(t.shape)) for t in nx.tree.leaves(self))
+
+        def __call__(self, x):
+            return self.head(nx.relu(self.body(x))) * self.factor
+
+    m = Net(_key())
+    x = nx.ones((4, 2))
+    loss, g = nx.value_and_grad(lambda m, x: m(x).sum())(m, x)
+    assert type(g) is Net and g.head.weight.shape == (1, 3) and g.factor == 2.0
+    assert g.n_params == 13  # recomputed on the rebuilt gradient module
+    got = nx.compile(lambda m, x: m(x).sum())(m, x).item()
+    assert got == pytest.approx(loss.item(), rel=1e-6)
+    per = nx.vmap(lambda x: m(x[None]).sum())(x)
+    assert per.shape == (4,)
+    opt = optim.sgd(0.1)
+    upd, _ = opt.update(g, opt.init(m), m)
+    new = optim.apply_updates(m, upd)
+    assert type(new) is Net and new.factor == 2.0

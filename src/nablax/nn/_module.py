@@ -7,7 +7,10 @@ strides, activation functions), kept in the pytree's structure so ``nx.compile``
 them. Instances are frozen once ``__init__`` returns; ``replace`` makes a changed copy.
 
 Rebuilding a module from its leaves (what every transform does) never calls ``__init__``, so an
-initializer that draws random weights runs only when the user constructs the module.
+initializer that draws random weights runs only when the user constructs the module. For the same
+reason an attribute ``__init__`` (or ``__post_init__``) sets without declaring a field would be
+lost by the first transform: construction refuses it, naming the class, the attribute and the
+field declaration to write.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import dataclasses
 import inspect
 import operator
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import jax
@@ -55,13 +59,62 @@ class _ModuleMeta(type):
             obj.__init__(*args, **kwargs)
         finally:
             object.__delattr__(obj, "_nx_initializing")
-        missing = [f.name for f in dataclasses.fields(obj) if f.name not in obj.__dict__]
+        fields = cls.__dict__.get("_nx_fields")
+        if fields is None:  # Module itself
+            fields = frozenset(f.name for f in dataclasses.fields(obj))
+        d = obj.__dict__
+        missing = [n for n in fields if n not in d]
         if missing:
             raise TypeError(
                 f"{cls.__name__}.__init__ did not set the field(s) {', '.join(missing)}; "
                 f"assign every field (self.{missing[0]} = ...) in __init__"
             )
+        if len(d) != len(fields):
+            _refuse_extra(cls, obj, fields)
         return obj
+
+
+def _refuse_extra(cls: type, obj: Any, fields: frozenset) -> None:
+    """Raise for an attribute ``__init__`` (or ``__post_init__``) set without declaring a field:
+    every transform rebuilds a module from its fields alone, so it would vanish at the first
+    ``nx.grad`` or ``nx.compile``. Values of ``functools.cached_property`` are recomputed, so kept."""
+    extra = [
+        n
+        for n in obj.__dict__
+        if n not in fields and not isinstance(inspect.getattr_static(cls, n, None), cached_property)
+    ]
+    if not extra:
+        return
+    name = extra[0]
+    value = obj.__dict__[name]
+    kind = _annotation(value)
+    leafy = isinstance(value, (Tensor, Module, list, tuple, dict)) or hasattr(value, "shape")
+    decl = f"{name}: {kind}" if leafy else f"{name}: {kind} = nn.field(static=True)"
+    raise TypeError(
+        f"{cls.__name__}.__init__ set self.{name} ({type(value).__name__}), which is not a field of "
+        f"{cls.__name__}: transforms (nx.grad, nx.compile, optimizers) rebuild a module from its "
+        f"fields only, so it would be dropped"
+        + (f" (also not fields: {', '.join(extra[1:])})" if len(extra) > 1 else "")
+        + f". Fix: declare it in the class body, `{decl}`"
+        + (
+            " (a parameter or sub-module the transforms see; `nn.field(static=True)` for "
+            "configuration)"
+            if leafy
+            else " (configuration); a tensor or sub-module is declared without static=True"
+        )
+    )
+
+
+def _annotation(value: Any) -> str:
+    """The annotation to suggest for a field holding ``value``."""
+    t = type(value)
+    if t is Tensor:
+        return "nx.Tensor"
+    if isinstance(value, Module) and t.__module__.startswith("nablax.nn"):
+        return f"nn.{t.__name__}"
+    if callable(value) and not isinstance(value, type):
+        return "Callable"
+    return t.__name__
 
 
 def _tuple_getter(names: tuple) -> Callable[[dict], tuple]:
@@ -103,6 +156,7 @@ class Module(metaclass=_ModuleMeta):
         init = inspect.signature(cls.__init__)
         cls.__signature__ = init.replace(parameters=list(init.parameters.values())[1:])
         fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        cls._nx_fields = frozenset(f.name for f in fields)
         children = tuple(f.name for f in fields if not f.metadata.get(_STATIC, False))
         static = tuple(f.name for f in fields if f.metadata.get(_STATIC, False))
         keys = tuple(jax.tree_util.GetAttrKey(n) for n in children)
