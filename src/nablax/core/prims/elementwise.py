@@ -22,11 +22,13 @@ Derivative formulas are JAX's (lax.py), so that boundary points give JAX's inf/n
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ...errors import op_error
@@ -71,14 +73,14 @@ UNARY = {
     "cos": ("float", jnp.cos, lambda x, y: -sin(x)),
     "tan": ("float", jnp.tan, lambda x, y: 1.0 + y * y),
     "tanh": ("float", jnp.tanh, lambda x, y: 1.0 - y * y),
-    # arcsin at +-1 and arccosh at 1 give inf; arccosh below -1 has a finite slope (nan value)
+    # arcsin at +-1 and arccosh at 1 give inf; arccosh below -1: the installed JAX's slope
     "arcsin": ("float", jnp.arcsin, lambda x, y: rsqrt(1.0 - x * x)),
     "arccos": ("float", jnp.arccos, lambda x, y: -rsqrt(1.0 - x * x)),
     "arctan": ("float", jnp.arctan, lambda x, y: 1.0 / (1.0 + x * x)),
     "sinh": ("float", jnp.sinh, lambda x, y: cosh(x)),
     "cosh": ("float", jnp.cosh, lambda x, y: sinh(x)),
     "arcsinh": ("float", jnp.arcsinh, lambda x, y: rsqrt(x * x + 1.0)),
-    "arccosh": ("float", jnp.arccosh, lambda x, y: rsqrt(x * x - 1.0)),
+    "arccosh": ("float", jnp.arccosh, lambda x, y: _arccosh_slope(x)),
     "arctanh": ("float", jnp.arctanh, lambda x, y: 1.0 / (1.0 + x) / (1.0 - x)),
     "sigmoid": ("float", lax.logistic, lambda x, y: y * (1.0 - y)),
     "erf": ("float", lax.erf, lambda x, y: _TWO_OVER_SQRT_PI * exp(-(x * x))),
@@ -90,6 +92,27 @@ UNARY = {
     "isfinite": ("predicate", jnp.isfinite, None),
     "invert": ("bitwise", jnp.invert, None),
 }
+
+
+@functools.cache
+def _jax_arccosh_slope_is_nan_below_minus_one() -> bool:
+    """Whether the installed JAX's derivative of arccosh is NaN below -1 (where the value is).
+
+    JAX changed the formula between the supported releases: 0.10 uses ``rsqrt(x*x - 1)`` (a finite
+    slope at a NaN value below -1, inf at -1), newer releases ``rsqrt(x - 1) * rsqrt(x + 1)`` (NaN
+    below -1 and at -1). nablax gives the installed JAX's derivative; one eager evaluation,
+    the first time an arccosh is differentiated (never at import: the backend may not be up).
+    """
+    one = np.float32(1.0)
+    with jax.ensure_compile_time_eval():
+        slope = jax.jvp(lax.acosh, (np.float32(-2.0),), (one,))[1]
+    return bool(np.isnan(np.asarray(slope)))
+
+
+def _arccosh_slope(x):
+    if _jax_arccosh_slope_is_nan_below_minus_one():
+        return rsqrt(x - 1.0) * rsqrt(x + 1.0)
+    return rsqrt(x * x - 1.0)
 
 
 def _reciprocal(b):
