@@ -201,6 +201,14 @@ _register(
     "cache dir from platformdirs (e.g. ~/.cache/nablax on Linux).",
 )
 _register(
+    "cache_lock_timeout",
+    5,
+    _int_kind(0),
+    "Seconds nablax waits for the persistent kernel database while another process holds it "
+    "locked. Past that, a kernel call keeps its configs in this process's memory (one warning) "
+    "and `nablax cache` reports the lock (exit code 2), instead of waiting on.",
+)
+_register(
     "ops_stamp",
     "hash",
     _choice_kind("hash", "json", "none"),

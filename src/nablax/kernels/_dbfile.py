@@ -26,12 +26,20 @@ import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
+from .. import _config
+
 # Module attributes, read at call time (tests simulate another nablax by changing them).
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x6E784B43  # "nxKC": nablax kernel configs, at offset 68 of the SQLite header
 _MAGIC = b"SQLite format 3\x00"
 TABLES = frozenset({"configs", "timings", "invocations"})
-BUSY_TIMEOUT_S = 30.0
+
+
+def busy_timeout_s() -> float:
+    """How long to wait for a database another process holds locked: the option
+    ``cache_lock_timeout`` (seconds), read at each connection."""
+    return float(_config.get("cache_lock_timeout"))
+
 
 # Schema 1, frozen forever; a new file is BASE_SCHEMA plus every migration. Timings live in their
 # own (rowid) table: in the WITHOUT ROWID configs table they spilled into overflow pages (47 MB
@@ -92,7 +100,7 @@ def connect_readonly(path: Path) -> sqlite3.Connection:
     mode = "mode=ro" if os.path.exists(wal) and os.path.exists(shm) else "immutable=1"
     uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?{mode}"
     return sqlite3.connect(
-        uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        uri, uri=True, timeout=busy_timeout_s(), isolation_level=None, check_same_thread=False
     )
 
 
@@ -149,8 +157,16 @@ def inspect(path: Path) -> FileInfo:
             app = conn.execute("PRAGMA application_id").fetchone()[0]
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
     except sqlite3.DatabaseError as e:
+        if getattr(e, "sqlite_errorcode", 0) & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            return FileInfo("locked", f"locked by another process ({e})", version)
         if app == APPLICATION_ID or (app == 0 and 1 <= version <= SCHEMA_VERSION):
             return FileInfo("damaged", f"a damaged nablax kernel database ({e})", version)
+        if getattr(e, "sqlite_errorcode", 0) & 0xFF in (
+            sqlite3.SQLITE_CORRUPT,
+            sqlite3.SQLITE_NOTADB,
+        ):
+            # the SQLite header, but SQLite cannot read it: broken, whoever wrote it
+            return FileInfo("corrupt", f"a SQLite file that fails SQLite's integrity check ({e})")
         return FileInfo("unreadable", f"a SQLite file this nablax cannot read ({e})")
     return classify(version, app, tables)
 

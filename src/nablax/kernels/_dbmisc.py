@@ -12,6 +12,7 @@ import math
 import os
 import re
 import sqlite3
+import sys
 import threading
 import time
 import warnings
@@ -107,8 +108,22 @@ def read_only_file_message(path: Path, reason: str) -> str:
     )
 
 
+def locked_message(path: Path, detail: str, *, memory: bool) -> str:
+    """``path`` stayed locked by another process for longer than ``cache_lock_timeout``."""
+    waited = _config.get("cache_lock_timeout")
+    then = f" {_MEMORY_ONLY.capitalize()}." if memory else " Nothing was changed."
+    return (
+        f"{_API}: {path} is locked by another process ({detail}; waited {waited} s, the option "
+        f"cache_lock_timeout).{then} Fix: let the process holding it finish (another nablax "
+        f"tuning, or a program with the file open in a transaction), raise "
+        f"NABLAX_CACHE_LOCK_TIMEOUT, or give this process its own NABLAX_CACHE_DIR."
+    )
+
+
 def read_only_message(path: Path, info: _dbfile.FileInfo) -> str:
     """Why a read-only open (``nablax cache list``) cannot read ``path``."""
+    if info.kind == "locked":
+        return locked_message(path, info.detail, memory=False)
     if info.kind == "no_folder":
         return location_message(path, info.detail)
     if info.kind == "missing":
@@ -116,7 +131,7 @@ def read_only_message(path: Path, info: _dbfile.FileInfo) -> str:
             f"{_API}: no kernel database at {path} (nothing has been stored there yet). Fix: run "
             f"kernels or `nablax tune` first, or pass the path of an existing database."
         )
-    if info.kind == "damaged":
+    if info.kind in ("damaged", "corrupt"):
         return unreadable_message(path, info.detail)
     return (
         f"{_API}: {path} is {info.detail}, not a nablax kernel database; nothing was changed. "
@@ -361,6 +376,54 @@ def _aside_name(path: Path) -> str:
             break
         aside = f"{base}-{n}"
     return aside
+
+
+def move_aside(path: Path) -> str:
+    """Rename ``path`` (and its ``-wal``/``-shm``) to a free ``.corrupt-<time>`` name beside it;
+    nothing is deleted. The caller holds the inter-process lock. Returns the new name."""
+    aside = _aside_name(path)
+    os.replace(path, aside)
+    for suffix in ("-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+    return aside
+
+
+def moved_aside_message(path: Path, detail: str, aside: str) -> str:
+    return (
+        f"{_API}: {path} is {detail}. It was moved aside to {aside} (kept, never deleted) and a "
+        f"new kernel database is started at {path}; delete the old file once it is no longer "
+        f"needed."
+    )
+
+
+def imported_class(name: str) -> type | None:
+    """The frozen dataclass that ``'module:qualname'`` names, if that module is already imported:
+    nothing is imported, and no module or class ``__getattr__`` hook runs (plain ``__dict__``
+    lookups)."""
+    module, _, qualname = name.partition(":")
+    obj: Any = sys.modules.get(module)
+    if obj is None or not qualname:
+        return None
+    for part in qualname.split("."):
+        obj = vars(obj).get(part) if hasattr(obj, "__dict__") else None
+        if obj is None:
+            return None
+    params = getattr(obj, "__dataclass_params__", None)
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj) and params is not None:
+        return obj if params.frozen else None
+    return None
+
+
+def undeclared_message(path: Path, key: tuple, name: str) -> str:
+    module, _, qualname = name.partition(":")
+    return (
+        f"{_API}: config class {name} is not one this process declared, nor a frozen dataclass "
+        f"of a module it has imported, so its entries in {path} (e.g. {key}) are not used "
+        f"(nablax never imports a module named by a cache entry). Fix: import {module} first, "
+        f"pass types=[{qualname}] to get/get_entry/entries, or call "
+        f"nablax.kernels.cache.register_config_class({qualname})."
+    )
 
 
 def salvage_and_replace(path: Path) -> tuple[int, int, str]:

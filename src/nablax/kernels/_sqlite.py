@@ -39,6 +39,8 @@ from ._configs import (
     _encode,
     _norm_timings,
     _package_version,
+    _parse,
+    _resolve_class,
     cfg_from_json,
 )
 from ._dbfile import NewerSchema, NotOurs
@@ -176,6 +178,10 @@ class PersistentCache:
 
     def _start(self) -> None:
         info = _dbfile.inspect(self._path)
+        if info.kind == "corrupt":  # where the cache is to be kept: move it aside, start anew
+            info = self._move_aside()
+            if info is None:
+                return
         if info.kind == "nablax" and info.schema > _dbfile.SCHEMA_VERSION:
             self._degrade("ro", _dbmisc.newer_message(self._path, info.schema))
             return
@@ -184,6 +190,9 @@ class PersistentCache:
             return
         if info.kind == "no_folder":
             self._degrade(None, _dbmisc.location_message(self._path, info.detail))
+            return
+        if info.kind == "locked":
+            self._degrade(None, _dbmisc.locked_message(self._path, info.detail, memory=True))
             return
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
@@ -194,6 +203,28 @@ class PersistentCache:
             self._run(lambda conn: None)  # open now: create or migrate here
             if info.kind == "damaged":  # read it all now, so that it is salvaged here
                 self._run(lambda conn: conn.execute("SELECT count(*) FROM configs").fetchone())
+
+    def _move_aside(self) -> _dbfile.FileInfo | None:
+        """Rename a file that fails SQLite's integrity check (never delete it), warn, and say
+        what is at the path now; None when it could not be moved (the cache went to memory)."""
+        with self._lock, _dbmisc.interprocess_lock(self._path):
+            info = _dbfile.inspect(self._path)  # another process may have moved it already
+            if info.kind != "corrupt":
+                return info
+            try:
+                aside = _dbmisc.move_aside(self._path)
+            except OSError as e:
+                reason = f"{info.detail}, and it could not be moved aside ({_dbmisc.os_reason(e)})"
+                message = _dbmisc.location_message(self._path, reason)
+            else:
+                message = None
+                _dbmisc.warn_once(
+                    _dbmisc.moved_aside_message(self._path, info.detail, aside), once=False
+                )
+        if message is not None:
+            self._degrade(None, message)
+            return None
+        return _dbfile.inspect(self._path)
 
     def _start_read_only(self) -> None:
         info = _dbfile.inspect(self._path)
@@ -238,7 +269,7 @@ class PersistentCache:
         else:
             conn = sqlite3.connect(
                 self._path,
-                timeout=_dbfile.BUSY_TIMEOUT_S,
+                timeout=_dbfile.busy_timeout_s(),
                 isolation_level=None,
                 check_same_thread=False,
             )
@@ -268,7 +299,9 @@ class PersistentCache:
     def _run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
         """Run ``op`` on this thread's file connection, waiting out locks, reopening a moved
         file, salvaging a damaged one; raises ``_Switched`` when the cache changed mode."""
-        deadline = None
+        # SQLite waits up to the timeout inside one statement; the retries below cover the busy
+        # answers it gives at once (a lock upgrade): together never longer than the timeout
+        deadline = time.monotonic() + _dbfile.busy_timeout_s()
         for attempt in itertools.count(1):
             try:
                 return op(self._conn())
@@ -289,10 +322,8 @@ class PersistentCache:
                 raise _Switched() from None
             except sqlite3.DatabaseError as e:  # OperationalError ("locked") is a subclass
                 if _dbmisc.is_busy(e):
-                    now = time.monotonic()
-                    deadline = deadline or now + _dbfile.BUSY_TIMEOUT_S
-                    if now > deadline or attempt >= _MAX_ATTEMPTS:
-                        raise
+                    if time.monotonic() > deadline or attempt >= _MAX_ATTEMPTS:
+                        self._locked(e)  # raises
                     time.sleep(min(0.001 * attempt, 0.05))
                 elif self._file == "rw" and _dbmisc.code(e) in _UNUSABLE:
                     readable = os.access(self._path, os.R_OK)
@@ -313,6 +344,19 @@ class PersistentCache:
                 else:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _locked(self, err: sqlite3.Error) -> None:
+        """Another process held the file locked past ``cache_lock_timeout``: a read-only open
+        (``nablax cache list``) or ``fallback=False`` raises ``CacheFileError``; else the cache
+        goes on in memory for this process (one warning) instead of waiting again."""
+        h, self._local.h = getattr(self._local, "h", None), None
+        if h is not None:
+            with contextlib.suppress(sqlite3.Error):
+                h.conn.close()
+        if self._read_only:
+            raise CacheFileError(_dbmisc.locked_message(self._path, str(err), memory=False))
+        self._degrade(None, _dbmisc.locked_message(self._path, str(err), memory=self._fallback))
+        raise _Switched()
 
     def _recover(self, err: sqlite3.Error) -> None:
         h = getattr(self._local, "h", None)
@@ -403,18 +447,34 @@ class PersistentCache:
         try:
             if self._loader is not None:
                 return _dbmisc.load_with(self._loader, cfg_json)
-            cfg = cfg_from_json(cfg_json, self._types_for(types))
+            try:
+                cfg = cfg_from_json(cfg_json, self._types_for(types))
+            except TypeError:
+                # not declared: a class of a module this process imported is used (found in
+                # sys.modules, never imported); else one warning per class names the fix
+                name = _parse(cfg_json, "nablax.kernels.PersistentCache")[0]
+                if _resolve_class(name, self._types_for(types)) is not None:
+                    raise  # declared, but the stored fields no longer fit it: stale
+                cls = _dbmisc.imported_class(name)
+                if cls is None:
+                    self._warn((name,), _dbmisc.undeclared_message(self._path, key, name))
+                    return None
+                cfg = cfg_from_json(cfg_json, (cls,))
             if len(self._decoded) >= 1024:
                 self._decoded.clear()
             self._decoded[cfg_json] = cfg
             return cfg
         except (TypeError, ValueError) as e:
-            with self._lock:
-                first = key not in self._warned
-                self._warned.add(key)
-            if first:
-                _dbmisc.warn_once(f"{e} (entry {key} in {self._path})", once=False)
+            self._warn(key, f"{e} (entry {key} in {self._path})")
             return None
+
+    def _warn(self, what: tuple, message: str) -> None:
+        """One warning per ``what`` (an entry's key, or a class name) and cache object."""
+        with self._lock:
+            first = what not in self._warned
+            self._warned.add(what)
+        if first:
+            _dbmisc.warn_once(message, once=False)
 
     def _entry(self, row: tuple, resolve: bool = True, types: Any = None) -> CacheEntry | None:
         d, op, key, cfg_json, source, timings, version, created, sig = row

@@ -9,8 +9,19 @@ dataclass whose fields are JSON-able scalars or tuples of them; :func:`cfg_to_js
 
 A stored class name is only ever looked up among classes this process declared -- the ``Cfg`` of
 a ``Kernel[Cfg, Out]``, the configs a kernel's ``heuristic_cfg``/``candidate_cfgs`` return, classes
-this process stored, and :func:`register_config_class` -- never imported: whoever can write the
-cache file must not choose which module nablax imports.
+this process stored, and :func:`register_config_class` -- and, by ``PersistentCache``, among the
+frozen dataclasses of modules this process has already imported (``sys.modules``, plain
+``__dict__`` lookups), never imported: whoever can write the cache file must not choose which
+module nablax imports. An entry whose class is found nowhere is left out with one warning per
+class that names it and the fix (import its module, ``types=[Cls]``, or
+:func:`register_config_class`).
+
+The persistent cache waits at most ``nx.config.cache_lock_timeout`` seconds (default 5) for a
+database another process holds locked; then it goes on in memory for this process, with one
+warning (``fallback=False`` and read-only opens raise :class:`CacheFileError`). A file at the
+cache's path that has SQLite's header but fails SQLite's own checks is moved aside (renamed
+``<name>.corrupt-<time>``, never deleted) with a warning and a new database started, except by a
+read-only open (``nablax cache list``/``show``), which changes nothing.
 
 The persistent cache (``_sqlite.py``, re-exported here; the file format is ``_dbfile.py``) is one
 SQLite file in WAL mode shared by threads and processes. When it cannot be used (an unwritable
