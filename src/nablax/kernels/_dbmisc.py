@@ -389,6 +389,23 @@ def move_aside(path: Path) -> str:
     return aside
 
 
+def move_aside_if_corrupt(path: Path) -> tuple[_dbfile.FileInfo, str | None]:
+    """If ``path`` still fails SQLite's checks (another process may have moved it already),
+    rename it aside and warn. ``(what is at the path now, None)``, or ``(info, the problem)`` when
+    it could not be moved."""
+    with interprocess_lock(path):
+        info = _dbfile.inspect(path)
+        if info.kind != "corrupt":
+            return info, None
+        try:
+            aside = move_aside(path)
+        except OSError as e:
+            reason = f"{info.detail}, and it could not be moved aside ({os_reason(e)})"
+            return info, location_message(path, reason)
+        warn_once(moved_aside_message(path, info.detail, aside), once=False)
+    return _dbfile.inspect(path), None
+
+
 def moved_aside_message(path: Path, detail: str, aside: str) -> str:
     return (
         f"{_API}: {path} is {detail}. It was moved aside to {aside} (kept, never deleted) and a "

@@ -205,26 +205,14 @@ class PersistentCache:
                 self._run(lambda conn: conn.execute("SELECT count(*) FROM configs").fetchone())
 
     def _move_aside(self) -> _dbfile.FileInfo | None:
-        """Rename a file that fails SQLite's integrity check (never delete it), warn, and say
-        what is at the path now; None when it could not be moved (the cache went to memory)."""
-        with self._lock, _dbmisc.interprocess_lock(self._path):
-            info = _dbfile.inspect(self._path)  # another process may have moved it already
-            if info.kind != "corrupt":
-                return info
-            try:
-                aside = _dbmisc.move_aside(self._path)
-            except OSError as e:
-                reason = f"{info.detail}, and it could not be moved aside ({_dbmisc.os_reason(e)})"
-                message = _dbmisc.location_message(self._path, reason)
-            else:
-                message = None
-                _dbmisc.warn_once(
-                    _dbmisc.moved_aside_message(self._path, info.detail, aside), once=False
-                )
-        if message is not None:
-            self._degrade(None, message)
+        """Rename a file that fails SQLite's checks aside (never delete it), with a warning;
+        what is at the path now, or None when it could not be moved (the cache went to memory)."""
+        with self._lock:
+            info, problem = _dbmisc.move_aside_if_corrupt(self._path)
+        if problem is not None:
+            self._degrade(None, problem)
             return None
-        return _dbfile.inspect(self._path)
+        return info
 
     def _start_read_only(self) -> None:
         info = _dbfile.inspect(self._path)
