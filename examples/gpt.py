@@ -21,7 +21,7 @@ What it shows:
   the data seed. Batch ``i`` is drawn by ``numpy.random.default_rng((seed, i))``, so the data
   position *is* the step: a resumed run sees the same batches and prints the same losses as one
   that never stopped (tests/test_gpt_example.py checks it);
-- sampling with temperature from an eager decode loop that writes each new token into a
+- sampling with temperature (``nx.random.categorical``) from an eager decode loop that writes each new token into a
   fixed-size buffer (``buf.at[:, pos].set(tok)``) and masks the positions not yet written, so the
   shapes never change and the number of compiled programs stays bounded whatever the length.
 
@@ -211,6 +211,8 @@ def evaluate(model, data, args, n_batches: int) -> float:
 
 # ---- sampling ----------------------------------------------------------------------------------
 
+_CATEGORICAL = getattr(nx.random, "categorical", None)  # Gumbel-max by hand where missing
+
 
 def sample(model, prompt: str, length: int, *, context: int, temperature: float, key, rows=1):
     """``rows`` continuations of ``prompt``, ``length`` characters each.
@@ -231,10 +233,13 @@ def sample(model, prompt: str, length: int, *, context: int, temperature: float,
             logits = model(buf, valid=iota < pos)[:, pos - 1]
         else:
             logits = model(buf)[:, context - 1]
-        if temperature > 0:
+        if temperature <= 0:
+            tok = nx.argmax(logits, axis=-1).astype(nx.int32)
+        elif _CATEGORICAL is not None:
+            tok = _CATEGORICAL(sub, logits / temperature)
+        else:  # Gumbel-max: the same distribution
             u = nx.random.uniform(sub, logits.shape, minval=1e-20, maxval=1.0)
-            logits = logits / temperature - nx.log(-nx.log(u))  # Gumbel-max = categorical
-        tok = nx.argmax(logits, axis=-1).astype(nx.int32)
+            tok = nx.argmax(logits / temperature - nx.log(-nx.log(u)), axis=-1).astype(nx.int32)
         if pos < context:
             buf = buf.at[:, pos].set(tok)
             pos += 1
