@@ -333,8 +333,8 @@ def test_attention_dtype_option_and_config_errors():
         ATTENTION.run(x, x.astype(jnp.float16), x)
     with pytest.raises(DTypeError, match="int32"):
         ATTENTION.candidate_cfgs(_inv(*(jnp.zeros((1, 4, 1, 8), int),) * 3))
-    with pytest.raises(TypeError, match="unknown keywords \\['mask'\\]"):
-        ATTENTION.prepare(x, x, x, mask=None)
+    with pytest.raises(TypeError, match="unknown keywords \\['window'\\]"):
+        ATTENTION.prepare(x, x, x, window=None)
     _, kw = ATTENTION.prepare(x, x, x, scale=np.float32(0.5), causal=np.bool_(True))
     assert type(kw["scale"]) is float and kw["causal"] is True
     with pytest.raises(TypeError, match="scale must be a Python number"):

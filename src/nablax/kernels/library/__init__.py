@@ -63,6 +63,11 @@ def attention(
     causal: bool = False,
     scale: float | None = None,
     cfg: AttentionCfg | None = None,
+    mask: Any = None,
+    bias: Any = None,
+    dropout_rate: float = 0.0,
+    dropout_key: Any = None,
+    layout: str = "bshd",
 ) -> Any:
     """Scaled dot-product attention in layout ``(batch, seq, heads, head_dim)``.
 
@@ -70,17 +75,30 @@ def attention(
     ``seq``, not ``seq_q * seq_kv``. ``scale`` defaults to ``1/sqrt(head_dim)``. With
     ``causal=True`` query ``i`` sees keys ``j <= i``, aligned at the start like
     ``jax.nn.dot_product_attention(is_causal=True)`` (also when ``seq_q != seq_kv``). ``cfg``
-    forces an :class:`AttentionCfg` for this call only. Differentiable with respect to q, k, v.
+    forces an :class:`AttentionCfg` for this call only. Differentiable with respect to q, k, v
+    (and ``bias``).
+
+    Options (see ``nablax.kernels.library.attention_ext``): ``mask`` (boolean, True where
+    attention is allowed, combined with ``causal``) and ``bias`` (added to the scaled scores),
+    both broadcastable to ``(batch, heads, seq_q, seq_kv)``; dropout of the probabilities with
+    ``dropout_rate`` when a ``dropout_key`` is given; ``k``/``v`` with fewer heads than ``q``
+    (grouped-query attention, when the count divides q's); ``layout="bhsd"`` for PyTorch's
+    ``(..., heads, seq, head_dim)``. Rows with every key masked give 0.
 
     >>> import jax, jax.numpy as jnp
     >>> q = jax.random.normal(jax.random.key(0), (1, 6, 2, 8))
     >>> out = attention(q, q, q, causal=True)
     >>> out.shape, bool(jnp.allclose(out, attention_reference(q, q, q, causal=True), atol=1e-5))
     ((1, 6, 2, 8), True)
+    >>> kv = q[:, :, :1]  # one kv head shared by both query heads
+    >>> attention(q, kv, kv, mask=jnp.ones((6, 6), bool)).shape
+    (1, 6, 2, 8)
     """
-    from .attention import check_args
-
-    check_args(q, k, v)
     from ..executor import default_executor
 
-    return default_executor()(ATTENTION, q, k, v, cfg=cfg, causal=causal, scale=scale)
+    # (the kernel's prepare checks the arguments before any config is chosen)
+    options = dict(
+        mask=mask, bias=bias, dropout_rate=dropout_rate, dropout_key=dropout_key, layout=layout
+    )
+
+    return default_executor()(ATTENTION, q, k, v, cfg=cfg, causal=causal, scale=scale, **options)

@@ -33,6 +33,8 @@ from jax import lax
 
 from ...errors import DTypeError, ShapeError, describe
 from ..kernel import Kernel
+from . import attention_ext as ext_mod
+from .attention_ext import Extras
 from .matmul import acc_dtype, next_pow2
 
 if TYPE_CHECKING:
@@ -115,7 +117,7 @@ def _check_args(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int, int]:
         raise ShapeError(
             f"{API}: shapes disagree, got {seen}; q and k need equal (batch, heads, head_dim), "
             f"k and v equal (batch, seq, heads). Fix: transpose to (batch, seq, heads, head_dim) "
-            f"and repeat k/v heads for grouped-query attention"
+            f"(for grouped-query attention k/v's head count must divide q's)"
         )
     if min(sq, skv, d) < 1:
         raise ShapeError(f"{API}: seq and head_dim must be at least 1, got {seen}")
@@ -190,19 +192,24 @@ def _maybe(pred, fn, carry):
 
 
 # -- pure-JAX forward -----------------------------------------------------------------------------
-def _fwd_q_block(i, qb, kb, vb, *, scale, causal, bq, bkv, skv):
-    """Online softmax over kv tiles for q tile ``i``: ``qb (B,H,bq,D)``, ``kb/vb (T,B,H,bkv,.)``."""
+def _fwd_q_block(i, qb, kb, vb, *, scale, causal, bq, bkv, skv, ext=None):
+    """Online softmax over kv tiles for q tile ``i``: ``qb (B,H,bq,D)``, ``kb/vb (T,B,H,bkv,.)``.
+    ``ext``: mask, bias and dropout (:class:`~.attention_ext.Extras`) or None."""
 
     def step(carry, j):
         def update(c):
             m, den, acc = c
             s = jnp.einsum("bhqd,bhkd->bhqk", qb, kb[j]) * scale
             mask = _visible(i, j, bq, bkv, skv, causal)
+            if ext is not None:
+                s, mask = ext.scores(s, mask, i, j)
             s = jnp.where(mask, s, _NEG)
             m_new = jnp.maximum(m, s.max(-1))
             p = jnp.where(mask, jnp.exp(s - m_new[..., None]), 0.0)
             corr = jnp.exp(m - m_new)
-            acc = acc * corr[..., None] + jnp.einsum("bhqk,bhkd->bhqd", p, vb[j])
+            z = None if ext is None else ext.dropout(i, j, *qb.shape[:2], p.dtype)
+            pv = p if z is None else p * z
+            acc = acc * corr[..., None] + jnp.einsum("bhqk,bhkd->bhqd", pv, vb[j])
             return m_new, den * corr + p.sum(-1), acc
 
         return _maybe(_tile_needed(i, j, bq, bkv, causal), update, carry), None
@@ -218,7 +225,7 @@ def _fwd_q_block(i, qb, kb, vb, *, scale, causal, bq, bkv, skv):
     return acc / den[..., None], m + jnp.log(den)
 
 
-def blocked_forward(q, k, v, *, scale: float, causal: bool, cfg: AttentionCfg):
+def blocked_forward(q, k, v, *, scale: float, causal: bool, cfg: AttentionCfg, extras=None):
     """``(out (B,Sq,H,Dv), lse (B,H,Sq) float32)`` computed tile by tile in pure JAX.
 
     >>> import jax.numpy as jnp
@@ -231,7 +238,10 @@ def blocked_forward(q, k, v, *, scale: float, causal: bool, cfg: AttentionCfg):
     bq, bkv = min(cfg.block_q, sq), min(cfg.block_kv, skv)
     ct = acc_dtype(q.dtype)
     qb, kb, vb = (to_blocks(x.astype(ct), n) for x, n in ((q, bq), (k, bkv), (v, bkv)))
-    fwd = functools.partial(_fwd_q_block, scale=scale, causal=causal, bq=bq, bkv=bkv, skv=skv)
+    ext = None if extras is None else Extras.build(*extras, sq, skv, bq, bkv, ct)
+    fwd = functools.partial(
+        _fwd_q_block, scale=scale, causal=causal, bq=bq, bkv=bkv, skv=skv, ext=ext
+    )
     if qb.shape[0] == 1:
         o, lse = (x[None] for x in fwd(0, qb[0], kb, vb))
     else:
@@ -242,31 +252,42 @@ def blocked_forward(q, k, v, *, scale: float, causal: bool, cfg: AttentionCfg):
 
 
 # -- pure-JAX backward ----------------------------------------------------------------------------
-def _bwd_q_block(carry, xs, *, kb, vb, scale, causal, bq, bkv, skv):
-    """Accumulate dq for q tile ``i`` and add its share into the full dk, dv (the carry)."""
+def _bwd_q_block(carry, xs, *, kb, vb, scale, causal, bq, bkv, skv, ext=None):
+    """Accumulate dq for q tile ``i`` and add its share into the full dk, dv (and the bias
+    gradient, when there is a bias) carried across q tiles."""
     i, qi, doi, lsei, deli = xs
 
     def step(c, j):
         def update(c):
-            dq, dk, dv = c
+            dq, dk, dv, db = c
             s = jnp.einsum("bhqd,bhkd->bhqk", qi, kb[j]) * scale
             mask = _visible(i, j, bq, bkv, skv, causal)
+            if ext is not None:
+                s, mask = ext.scores(s, mask, i, j)
             p = jnp.where(mask, jnp.exp(s - lsei[..., None]), 0.0)
             dp = jnp.einsum("bhqd,bhkd->bhqk", doi, vb[j])
+            z = None if ext is None else ext.dropout(i, j, *qi.shape[:2], p.dtype)
+            if z is not None:  # out = sum(p * z * v): dP = z * dO.v, and D = rowsum(dO * out)
+                dp = dp * z
             ds = p * (dp - deli[..., None])
             dq = dq + jnp.einsum("bhqk,bhkd->bhqd", ds, kb[j]) * scale
             dk = dk.at[j].add(jnp.einsum("bhqk,bhqd->bhkd", ds, qi) * scale)
-            dv = dv.at[j].add(jnp.einsum("bhqk,bhqd->bhkd", p, doi))
-            return dq, dk, dv
+            dv = dv.at[j].add(jnp.einsum("bhqk,bhqd->bhkd", p if z is None else p * z, doi))
+            db = None if ext is None else ext.add_dbias(db, ds, i, j)
+            return dq, dk, dv, db
 
         return _maybe(_tile_needed(i, j, bq, bkv, causal), update, c), None
 
-    dq, dk, dv = lax.scan(step, (jnp.zeros_like(qi), *carry), jnp.arange(kb.shape[0]))[0]
-    return (dk, dv), dq
+    dq, dk, dv, db = lax.scan(step, (jnp.zeros_like(qi), *carry), jnp.arange(kb.shape[0]))[0]
+    return (dk, dv, db), dq
 
 
-def blocked_backward(q, k, v, out, lse, dout, *, scale: float, causal: bool, cfg: AttentionCfg):
+def blocked_backward(
+    q, k, v, out, lse, dout, *, scale: float, causal: bool, cfg: AttentionCfg, extras=None
+):
     """``(dq, dk, dv)`` recomputing the scores tile by tile from ``lse`` (never all at once).
+    With ``extras=(mask, bias, dropout_key, dropout_rate)`` (4-D mask/bias in the core layout,
+    any None) the result is ``(dq, dk, dv, dbias)`` (``dbias`` None without a bias).
 
     >>> import jax.numpy as jnp
     >>> q, cfg = jnp.ones((1, 5, 2, 4)), AttentionCfg(2, 2)
@@ -283,14 +304,19 @@ def blocked_backward(q, k, v, out, lse, dout, *, scale: float, causal: bool, cfg
     # D = rowsum(dO * O); padded query rows get D = 0 and lse = +inf, so they contribute nothing.
     delta = to_blocks(jnp.sum(dout.astype(ct) * out.astype(ct), -1, keepdims=True), bq)[..., 0]
     lse_b = to_blocks(lse.transpose(0, 2, 1)[..., None].astype(ct), bq, fill=jnp.inf)[..., 0]
+    ext = None if extras is None else Extras.build(*extras, sq, skv, bq, bkv, ct)
     body = functools.partial(
-        _bwd_q_block, kb=kb, vb=vb, scale=scale, causal=causal, bq=bq, bkv=bkv, skv=skv
+        _bwd_q_block, kb=kb, vb=vb, scale=scale, causal=causal, bq=bq, bkv=bkv, skv=skv, ext=ext
     )
     xs = (jnp.arange(qb.shape[0]), qb, dob, lse_b, delta)
-    (dk, dv), dq = lax.scan(body, (jnp.zeros_like(kb), jnp.zeros_like(vb)), xs)
-    return tuple(
+    db0 = None if ext is None else ext.dbias_zeros()
+    (dk, dv, db), dq = lax.scan(body, (jnp.zeros_like(kb), jnp.zeros_like(vb), db0), xs)
+    grads = tuple(
         from_blocks(g, s).astype(x.dtype) for g, s, x in ((dq, sq, q), (dk, skv, k), (dv, skv, v))
     )
+    if extras is None:
+        return grads
+    return (*grads, None if ext is None else ext.crop_dbias(db, sq, skv))
 
 
 # -- Pallas (GPU) forward -------------------------------------------------------------------------
@@ -390,6 +416,21 @@ def pallas_forward(q, k, v, *, scale: float, causal: bool, cfg: AttentionCfg, in
     return out[:, :sq, :, :dv], lse[:, :, :sq]
 
 
+def _grouped(q, k, v) -> bool:
+    """Plain-layout q, k, v whose k/v head counts differ from q's and divide it."""
+    try:
+        if not (len(q.shape) == len(k.shape) == len(v.shape) == 4):
+            return False
+        h, hk, hv = q.shape[2], k.shape[2], v.shape[2]
+    except (AttributeError, TypeError):
+        return False
+    return (hk != h or hv != h) and min(hk, hv) > 0 and h % hk == 0 and h % hv == 0
+
+
+def _pallas(q, k, v, **opts):
+    return pallas_forward(q, k, v, interpret=INTERPRET, **opts)
+
+
 # -- the kernel -----------------------------------------------------------------------------------
 def _clip_cfg(bq: int, bkv: int, sq: int, skv: int) -> AttentionCfg:
     return AttentionCfg(min(bq, sq), min(bkv, skv))
@@ -419,26 +460,36 @@ class Attention(Kernel[AttentionCfg, jax.Array]):
     """``softmax(q k^T * scale + mask) v`` in layout ``(batch, seq, heads, head_dim)``.
 
     Keyword options: ``causal`` (bool, start-aligned, see the module docstring) and ``scale``
-    (Python float, default ``1/sqrt(head_dim)``).
+    (Python float, default ``1/sqrt(head_dim)``); and ``mask``, ``bias``, ``dropout_rate``,
+    ``dropout_key``, ``layout`` and grouped-query heads (see :mod:`.attention_ext`). A call with
+    any of those takes the blocked JAX path for masks, bias and dropout on every platform (the
+    Pallas forward still serves grouped heads and the ``"bhsd"`` layout on a GPU).
 
     >>> import jax.numpy as jnp
     >>> k = Attention("attention")
     >>> q = jnp.ones((1, 3, 1, 2))
     >>> k.run(q, q, q, cfg=AttentionCfg(block_q=2, block_kv=2)).shape
     (1, 3, 1, 2)
+    >>> k.run(q, q, q, mask=jnp.tril(jnp.ones((3, 3), bool))).shape
+    (1, 3, 1, 2)
     """
 
     def prepare(self, *args: Any, **kw: Any) -> tuple[tuple, dict]:
-        """Check the layout and options before a config is chosen (clear errors early)."""
-        extra = set(kw) - {"causal", "scale"}
+        """Check the layout and options before a config is chosen (clear errors early); options
+        left at their defaults are dropped, so plain calls keep their call keys."""
+        extra = set(kw) - {"causal", "scale", *ext_mod.DEFAULTS}
         if len(args) != 3 or extra:
             raise TypeError(
-                f"{API}: takes (q, k, v) and the keywords causal, scale, cfg; got {len(args)} "
-                f"positional and unknown keywords {sorted(extra)}. Fix: attention(q, k, v, "
-                f"causal=True)"
+                f"{API}: takes (q, k, v) and the keywords causal, scale, mask, bias, "
+                f"dropout_rate, dropout_key, layout, cfg; got {len(args)} positional and unknown "
+                f"keywords {sorted(extra)}. Fix: attention(q, k, v, causal=True)"
             )
-        _, _, _, _, d, _ = check_args(*args)
-        kw = dict(kw)
+        base, ext = ext_mod.split_options(kw)
+        if ext or _grouped(*args):
+            ext, _, _, d = ext_mod.check_options(*args, ext)
+        else:
+            d = check_args(*args)[4]
+        kw = {**base, **ext}
         if kw.get("scale") is not None:
             # A concrete numpy/jax scalar becomes a float here, so it stays a static option.
             kw["scale"] = resolve_scale(kw["scale"], d)
@@ -451,28 +502,66 @@ class Attention(Kernel[AttentionCfg, jax.Array]):
         cfg = cfg or self._heuristic(sq, skv, bool(causal))
         return dict(scale=resolve_scale(scale, d), causal=bool(causal), cfg=cfg)
 
-    def run(self, q, k, v, *, cfg: AttentionCfg | None = None, causal=False, scale=None):
+    @staticmethod
+    def _extra(q, k, v, kw: dict) -> dict:
+        """The call's non-default extra options; ``{"layout": "bshd"}`` for grouped heads alone
+        (a truthy dict sends the call down the general path)."""
+        ext = ext_mod.split_options(kw)[1]
+        if not ext and _grouped(q, k, v):
+            ext = {"layout": "bshd"}
+        return ext
+
+    def _general(self, q, k, v, cfg, causal, ext, core_fn, scale):
+        sq, skv = ext_mod.seq_lens((q, k), ext)
+        cfg = cfg or self._heuristic(sq, skv, bool(causal))
+        return ext_mod.general_forward(
+            q, k, v, core_fn=core_fn, cfg=cfg, causal=bool(causal), scale=scale, **ext
+        )
+
+    def run(self, q, k, v, *, cfg: AttentionCfg | None = None, causal=False, scale=None, **kw):
         """Blockwise pure-JAX forward (see :func:`blocked_forward`); jit-traceable."""
+        ext = self._extra(q, k, v, kw)
+        if ext:
+            return self._general(q, k, v, cfg, causal, ext, blocked_forward, scale)[0]
         return blocked_forward(q, k, v, **self._opts(q, k, v, cfg, causal, scale))[0]
 
-    def run_gpu(self, q, k, v, *, cfg: AttentionCfg | None = None, causal=False, scale=None):
+    def run_gpu(self, q, k, v, *, cfg: AttentionCfg | None = None, causal=False, scale=None, **kw):
         """The Pallas forward kernel (module switch ``INTERPRET`` runs it in interpret mode)."""
+        ext = self._extra(q, k, v, kw)
+        if ext:
+            return self._general(q, k, v, cfg, causal, ext, _pallas, scale)[0]
         opts = self._opts(q, k, v, cfg, causal, scale)
         return pallas_forward(q, k, v, interpret=INTERPRET, **opts)[0]
 
-    def fwd_with_residuals(self, q, k, v, *, cfg=None, causal=False, scale=None):
-        """``(out, (out, lse))``; ``lse`` is ``(batch, heads, seq_q)`` float32 (no score matrix)."""
+    def fwd_with_residuals(self, q, k, v, *, cfg=None, causal=False, scale=None, **kw):
+        """``(out, (out, lse))``; ``lse`` is ``(batch, heads, seq_q)`` float32 (no score matrix).
+        With extra options the residual is ``lse`` alone (the output comes back as ``y``)."""
+        ext = self._extra(q, k, v, kw)
+        if ext:
+            out, lse = self._general(q, k, v, cfg, causal, ext, blocked_forward, scale)
+            return out, lse
         out, lse = blocked_forward(q, k, v, **self._opts(q, k, v, cfg, causal, scale))
         return out, (out, lse)
 
-    def fwd_with_residuals_gpu(self, q, k, v, *, cfg=None, causal=False, scale=None):
+    def fwd_with_residuals_gpu(self, q, k, v, *, cfg=None, causal=False, scale=None, **kw):
         """As ``fwd_with_residuals`` with the Pallas forward."""
+        ext = self._extra(q, k, v, kw)
+        if ext:
+            return self._general(q, k, v, cfg, causal, ext, _pallas, scale)
         opts = self._opts(q, k, v, cfg, causal, scale)
         out, lse = pallas_forward(q, k, v, interpret=INTERPRET, **opts)
         return out, (out, lse)
 
-    def vjp(self, res, y, dy, q, k, v, *, cfg=None, causal=False, scale=None) -> tuple:
-        """``(dq, dk, dv)`` by the blockwise flash-attention backward from ``res=(out, lse)``."""
+    def vjp(self, res, y, dy, q, k, v, *, cfg=None, causal=False, scale=None, **kw) -> tuple:
+        """``(dq, dk, dv)`` by the blockwise flash-attention backward from ``res=(out, lse)``
+        (with a ``bias``, also ``{"bias": dbias}``)."""
+        ext = self._extra(q, k, v, kw)
+        if ext:
+            sq, skv = ext_mod.seq_lens((q, k), ext)
+            cfg = cfg or self._heuristic(sq, skv, bool(causal))
+            return ext_mod.general_vjp(
+                res, y, dy, q, k, v, cfg=cfg, causal=bool(causal), scale=scale, **ext
+            )
         opts = self._opts(q, k, v, cfg, causal, scale)
         out, lse = res if res is not None else blocked_forward(q, k, v, **opts)
         return blocked_backward(q, k, v, out, lse, dy, **opts)
@@ -485,22 +574,24 @@ class Attention(Kernel[AttentionCfg, jax.Array]):
 
     def heuristic_cfg(self, inv: Invocation) -> AttentionCfg:
         """Tiles of 256 x 512 (causal: 128 x 128) clipped to the sequences."""
-        _, sq, skv, *_ = check_args(*inv.args)
+        sq, skv = ext_mod.seq_lens(inv.args, inv.kwargs)
         return self._heuristic(sq, skv, bool(inv.kwargs.get("causal", False)))
 
     def heuristic_cfg_gpu(self, inv: Invocation) -> AttentionCfg:
         """128 x 64 tiles (rounded to the sequences), the usual flash-attention start."""
-        _, sq, skv, *_ = check_args(*inv.args)
+        sq, skv = ext_mod.seq_lens(inv.args, inv.kwargs)
         return AttentionCfg(*gpu_blocks(AttentionCfg(128, 64), sq, skv))
 
     def candidate_cfgs(self, inv: Invocation) -> list[AttentionCfg]:
         """Up to 8 tile pairs from 64..512, clipped to the sequences, with the heuristic's."""
-        _, sq, skv, *_ = check_args(*inv.args)
+        self.prepare(*inv.args, **inv.kwargs)  # clear errors (memoized checks)
+        sq, skv = ext_mod.seq_lens(inv.args, inv.kwargs)
         return _cpu_candidates(sq, skv)
 
     def candidate_cfgs_gpu(self, inv: Invocation) -> list[AttentionCfg]:
         """Up to 8 power-of-two tile pairs for the Pallas kernel, with the heuristic's."""
-        _, sq, skv, *_ = check_args(*inv.args)
+        self.prepare(*inv.args, **inv.kwargs)
+        sq, skv = ext_mod.seq_lens(inv.args, inv.kwargs)
         return _gpu_candidates(sq, skv)
 
 
