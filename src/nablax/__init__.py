@@ -11,6 +11,7 @@ from ._caches import CacheReport, CacheStats
 from ._config import config
 from ._io import block_until_ready, load, save
 from .core import realize as _realize_mod
+from .core.autocast import autocast
 from .core.dtypes import (
     bfloat16,
     bool_,

@@ -24,6 +24,7 @@ here: :func:`gather` it (every process must call ``gather``), or read :func:`to_
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 import re
@@ -52,8 +53,11 @@ __all__ = [
 
 _lock = threading.Lock()
 _joined: dict[str, Any] | None = None  # the arguments of the successful initialize() call
+_leaving = False  # this process failed and is shutting down without JAX's barrier
 # a host name or IPv4 address (letters, digits, '-', '.', '_'), or an IPv6 address in brackets
-_HOST = re.compile(r"^(?:[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.]+\])$")
+_HOST = re.compile(
+    r"^(?:[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?|\[[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?\])$"
+)
 _FIRST_THING = (
     "Fix: call nx.distributed.initialize(...) first thing in the script, right after `import "
     "nablax as nx` and before any tensor op, nx.devices() or jax.devices()"
@@ -195,6 +199,9 @@ def initialize(
             ) from e
         _joined = {"coordinator_address": address, "num_processes": num, "process_id": pid}
         sys.excepthook = _fail_without_barrier(sys.excepthook)
+        # also when the script replaces sys.excepthook: registered after JAX's own exit handler,
+        # this one runs before it (atexit runs last-registered first)
+        atexit.register(_leave_cluster_if_failed)
 
 
 def _fail_without_barrier(hook):
@@ -212,11 +219,21 @@ def _fail_without_barrier(hook):
     return excepthook
 
 
+def _leave_cluster_if_failed() -> None:
+    """At exit: Python records an uncaught exception in ``sys.last_value`` before the hook runs."""
+    if getattr(sys, "last_value", None) is not None and _joined is not None:
+        _leave_cluster_at_exit()
+
+
 def _leave_cluster_at_exit() -> None:
     """Before a failing process shuts down: take JAX's cluster client and service out of JAX's
     hands so that its exit handler (``jax.distributed.shutdown``) does nothing, and keep them
     alive to the end (their destructors would wait at the same barrier); then start a watchdog
     (``faulthandler``'s own thread, which needs no GIL) for the rest of the shutdown."""
+    global _leaving
+    if _leaving:
+        return
+    _leaving = True
     import ctypes
     import faulthandler
 

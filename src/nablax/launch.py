@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import runpy
 import signal
 import socket
 import subprocess
@@ -99,29 +98,28 @@ def _stop(procs: list[subprocess.Popen], grace: float) -> None:
         p.wait()
 
 
-# what every rank runs: the script, through _run_rank (``python -c``: sys.argv[1:] is the script
-# and its arguments)
-_RANK_MAIN = "import sys; from nablax.launch import _run_rank; _run_rank(sys.argv[1:])"
-
-
-def _run_rank(argv: list[str]) -> None:
-    """Run the script ``argv[0]`` with arguments ``argv[1:]`` as ``python script.py`` would (as
-    ``__main__``, its directory first on ``sys.path``), except that after a ``sys.exit(n)`` with a
-    non-zero ``n`` that reaches the top, a process that joined a cluster skips JAX's shutdown
-    barrier: it would wait there for the other processes, which may be waiting for this one in a
-    collective, and the launcher would not see the failure until a timeout. Python's normal
-    shutdown still runs (atexit handlers, buffered files flushed). Uncaught exceptions take the
-    same path through the hook ``nx.distributed.initialize`` installs."""
-    script = argv[0]
-    sys.argv = list(argv)
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
-    try:
-        runpy.run_path(script, run_name="__main__")
-    except SystemExit as e:
-        dist = sys.modules.get("nablax.distributed")
-        if e.code not in (None, 0) and dist is not None and dist.is_initialized():
-            dist._leave_cluster_at_exit()
-        raise
+# What every rank runs (``python -c``: sys.argv[1:] is the script and its arguments): the script as
+# ``python script.py`` would (as ``__main__``, its directory first on ``sys.path``), except that
+# after a ``sys.exit(n)`` with a non-zero ``n`` that reaches the top, a process that joined a
+# cluster skips JAX's shutdown barrier: it would wait there for the other processes, which may be
+# waiting for this one in a collective, and the launcher would not see the failure until a
+# timeout. Python's normal shutdown still runs (atexit handlers, buffered files flushed).
+# Uncaught exceptions take the same path through the hook ``nx.distributed.initialize``
+# installs. Plain code, not a nablax import: a rank starts the script without importing nablax
+# (and JAX) first.
+_RANK_MAIN = """\
+import os, runpy, sys
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(script))
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit as e:
+    dist = sys.modules.get("nablax.distributed")
+    if e.code not in (None, 0) and dist is not None and dist.is_initialized():
+        dist._leave_cluster_at_exit()
+    raise
+"""
 
 
 def _parent_death_signal():

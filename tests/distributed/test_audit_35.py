@@ -193,3 +193,37 @@ def test_a_bad_port_never_reaches_xla_in_a_fresh_process():
         [sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 0 and "ValueError" in r.stdout, r.stdout + r.stderr
+
+
+REPLACED_HOOK = """
+import sys, time
+import nablax as nx
+import nablax.distributed
+nx.distributed.initialize()
+sys.excepthook = lambda kind, value, tb: print("my hook:", value, file=sys.stderr)
+if nx.distributed.process_index() == 1:
+    time.sleep(0.5)
+    raise RuntimeError("rank 1 fails")
+import jax
+mesh = nx.DeviceMesh((2,), ("dp",))
+g = nx.distributed.global_tensor(nx.ones((1,)).numpy(), mesh, [["dp"]])
+jax.jit(lambda a: a.sum())(g.to_jax()).block_until_ready()  # waits for rank 1
+time.sleep(60)
+"""
+
+
+def test_a_script_that_replaces_the_excepthook_still_skips_the_barrier(tmp_path):
+    script = tmp_path / "hook.py"
+    script.write_text(REPLACED_HOOK)
+    start = time.monotonic()
+    r = launch("--nproc", 2, "--timeout", 40, "--grace", 1, script, timeout=55)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "[1] my hook: rank 1 fails" in r.stderr, r.stderr
+    assert time.monotonic() - start < 35, "the failing rank waited at JAX's shutdown barrier"
+
+
+@pytest.mark.parametrize("address", ["[fe80::1%eth0]:1234", "[::1]:1234", "host.example.:80"])
+def test_initialize_accepts_ipv6_with_a_zone_and_a_fully_qualified_name(address):
+    nx.ones(1).numpy()  # JAX has started: a valid address gets as far as that check
+    with pytest.raises(RuntimeError, match="JAX has already started"):
+        nx.distributed.initialize(address, 2, 0)

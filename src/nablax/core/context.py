@@ -10,7 +10,9 @@ thread's* state, in one object per thread (as JAX's trace state).
 - ``tracing_depth``: > 0 while ``nx.compile`` / ``nx.shard_map`` stage a function on placeholders;
 - ``pending``: weak references to the outputs of nodes built since this thread's last realization
   (live pending tensors connected to a realized program are computed with it, see realize.py);
-- ``epoch``: how many programs this thread has run (a change during staging is a graph break).
+- ``epoch``: how many programs this thread has run (a change during staging is a graph break);
+- ``autocast``: the compute dtype of ``nx.autocast`` around the running code, or None
+  (core/autocast.py; read when ops are built, part of ``nx.compile``'s cache key).
 
 Transforms push and pop these fields and nothing else holds transform state, so no thread can
 observe another's tracing: while one thread stages a function under ``nx.compile``, eager code in
@@ -39,6 +41,7 @@ class Context(threading.local):
         self.pending: list = []
         self.prune_at = _PRUNE_MIN
         self.epoch = 0
+        self.autocast = None
 
 
 CTX = Context()

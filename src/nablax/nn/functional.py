@@ -25,6 +25,7 @@ from ..core.ops import nn as _nn
 from ..core.ops import random as _random
 from ..core.ops import reduce as _red
 from ..core.ops import shape as _sh
+from ..core.prims import _autocast
 from ..core.prims import fused as _fused
 from ..core.prims import window as _win
 from ..core.tensor import Tensor, to_impl
@@ -62,7 +63,12 @@ def _float(name: str, x: Any) -> Tensor:
             f"needs a float tensor, got {t.dtype} {t.shape}",
             "cast with x.astype(nx.float32)",
         )
-    return t
+    return _autocast.cast_inputs(_AUTOCAST_F32[name], t)[0] if name in _AUTOCAST_F32 else t
+
+
+# Functions that compute in float32 under nx.autocast (core/autocast.py); conv2d's convolution
+# and linear's product are cast by their ops.
+_AUTOCAST_F32 = {"cross_entropy": "loss", "mse_loss": "loss", "layer_norm": "norm"}
 
 
 def _reduce(name: str, loss: Tensor, reduction: str, count: Any = None) -> Tensor:
@@ -299,7 +305,7 @@ def linear(input, weight, bias=None) -> Tensor:
         y = _la.einsum("...i,oi->...o", x, w) if x.shape[-1:] == w.shape[1:] else x @ w.T
     else:
         y = x @ w.T
-    return y if bias is None else y + bias
+    return y if bias is None else y + _autocast.cast_inputs("linear", _t(bias))[0]
 
 
 def embedding(input, weight) -> Tensor:
@@ -421,7 +427,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups: in
         pads = _pair("conv2d", "padding", padding)
     y = _win.conv(x, w, stride, pads, 1, dil, groups, op=op)
     if bias is not None:
-        y = y + _sh.reshape(_t(bias), (-1, 1, 1))
+        y = y + _sh.reshape(_autocast.cast_inputs("conv", _t(bias))[0], (-1, 1, 1))
     return _sh.squeeze(y, 0) if unbatched else y
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from .. import dtypes
+from ..prims import _autocast
 from ..prims._util import norm_axes
 from ..prims.elementwise import relu as _relu
 from ..tensor import Tensor, to_impl
@@ -74,7 +75,7 @@ def softmax(x, axis=-1) -> Tensor:
     >>> [round(v, 4) for v in nx.softmax(nx.tensor([1., 2., 3.])).tolist()]
     [0.09, 0.2447, 0.6652]
     """
-    x = _t(x)
+    x = _autocast.cast_inputs("softmax", _t(x))[0]
     axes = norm_axes("softmax", axis, x.shape)
     e = exp(subtract(x, stop_gradient(max(x, axes, keepdims=True))))
     return e / sum(e, axes, keepdims=True)
@@ -82,7 +83,7 @@ def softmax(x, axis=-1) -> Tensor:
 
 def log_softmax(x, axis=-1) -> Tensor:
     """``x - logsumexp(x)`` along ``axis``."""
-    x = _t(x)
+    x = _autocast.cast_inputs("log_softmax", _t(x))[0]
     axes = norm_axes("log_softmax", axis, x.shape)
     shifted = subtract(x, stop_gradient(max(x, axes, keepdims=True)))  # as jax.nn.log_softmax
     return subtract(shifted, log(sum(exp(shifted), axes, keepdims=True)))

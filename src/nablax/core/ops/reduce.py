@@ -9,6 +9,8 @@ import numpy as np
 
 from ...errors import DTypeError, op_error
 from .. import dtypes
+from ..prims import _autocast
+from ..prims import reduce as _prims_reduce
 from ..prims._util import norm_axes
 from ..prims.reduce import (  # noqa: F401, A004 - the builders (NumPy names), re-exported
     _impl,
@@ -19,12 +21,9 @@ from ..prims.reduce import (  # noqa: F401, A004 - the builders (NumPy names), r
     argmax,
     argmin,
     argsort,
-    cumsum,
     max,
     min,
-    prod,
     sort,
-    sum,
     topk,
 )
 from ..tensor import Tensor
@@ -35,6 +34,31 @@ from .shape import reshape
 
 def _count(shape, axes) -> int:
     return math.prod(shape[a] for a in axes)
+
+
+# The summing reductions compute in float32 under nx.autocast (core/autocast.py); the rest is
+# the builders of core/prims/reduce.py (derivative rules call those, never these).
+
+
+def _f32(x):
+    return _autocast.cast_inputs("reduction", x)[0]
+
+
+def sum(x, axis=None, keepdims: bool = False, dtype=None) -> Tensor:  # noqa: A001
+    return _prims_reduce.sum(_f32(x), axis, keepdims, dtype)
+
+
+def prod(x, axis=None, keepdims: bool = False, dtype=None) -> Tensor:
+    return _prims_reduce.prod(_f32(x), axis, keepdims, dtype)
+
+
+def cumsum(x, axis=None, dtype=None) -> Tensor:
+    return _prims_reduce.cumsum(_f32(x), axis, dtype)
+
+
+sum.__doc__ = _prims_reduce.sum.__doc__
+prod.__doc__ = _prims_reduce.prod.__doc__
+cumsum.__doc__ = _prims_reduce.cumsum.__doc__
 
 
 def mean(x, axis=None, keepdims: bool = False, dtype=None) -> Tensor:
@@ -90,7 +114,7 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
     >>> round(nx.logsumexp(nx.tensor([1000.0, 1000.0])).item(), 2)
     1000.69
     """
-    xi = _impl(x, "logsumexp")
+    xi = _impl(_f32(x), "logsumexp")
     t = astype(Tensor._wrap(xi), dtypes.to_float(xi.dtype))
     axes = norm_axes("logsumexp", axis, xi.shape)
     if _count(xi.shape, axes) == 0:  # empty sum: log(0) = -inf, as jax.nn.logsumexp

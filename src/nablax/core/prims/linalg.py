@@ -17,7 +17,7 @@ from ..build import TensorImpl, bind
 from ..graph import Var
 from ..primitive import primitive
 from ..tensor import Tensor, to_impl
-from . import _shard
+from . import _autocast, _shard
 from ._batch import _batch_shape, to_full_batch
 from ._rules import cast_like, derived_from_jax, is_float_tensor
 from ._util import broadcast_shapes, is_concrete
@@ -194,7 +194,7 @@ def _operands(op, xs):
         raise op_error(
             DTypeError, op, "bool operands are not supported", "cast to int32 or float32"
         )
-    return impls, dt
+    return impls, _autocast.compute_dtype("matmul", dt)  # nx.autocast: the einsum's dtype
 
 
 def einsum(subscripts: str, *operands) -> Tensor:

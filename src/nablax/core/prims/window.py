@@ -24,6 +24,7 @@ from .. import dtypes
 from ..build import bind
 from ..primitive import primitive
 from ..tensor import Tensor, to_impl
+from . import _autocast
 from ._rules import derived_from_jax
 from ._util import is_concrete
 
@@ -124,6 +125,7 @@ def conv(x, w, strides=1, padding=0, lhs_dilation=1, rhs_dilation=1, groups=1, *
     if not isinstance(groups, int) or groups < 1 or xi.shape[1] != wi.shape[1] * groups:
         raise op_error(
             ShapeError,
+    dt = _autocast.compute_dtype("conv", dt)  # nx.autocast: both inputs are cast to it below
             op,
             f"input has {xi.shape[1]} channels but weight {tuple(wi.shape)} with groups={groups} "
             f"expects {wi.shape[1] * groups if isinstance(groups, int) else '?'}",

@@ -156,7 +156,10 @@ class Compiled:
 
     # ---- calls --------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
-        fast = not kwargs and not self._static_nums and not self._dyn
+        # nx.autocast changes the ops a trace records: it is part of the key (and calls under
+        # it skip the fast path, whose key is the arguments alone)
+        autocast = CTX.autocast
+        fast = not kwargs and not self._static_nums and not self._dyn and autocast is None
         if (
             fast
         ):  # all arguments realized tensors / Python numbers (also inside lists, tuples, dicts)
@@ -185,6 +188,8 @@ class Compiled:
                 )
             else:
                 key_leaves.append(("v", type(leaf), _hashable(leaf, f"argument leaf {k}")))
+        if autocast is not None:
+            key_leaves.append(("nx.autocast", autocast))  # after the leaves: indices unchanged
         key = (treedef, tuple(key_leaves), statics)
         dyn = env = None
         if self._dyn:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ... import tree as _tree
+from ..context import CTX
 from ..graph import end_trace, gc_paused
 from ..ops.creation import zeros_like
 from ..tensor import Tensor
@@ -35,6 +36,20 @@ def forward_pass(outputs, tangents: dict) -> list:
     dep = depends(order, markers)
     tan: dict = {(m, 0): t for m, t in tangents.items()}
     memo: dict = {}
+    # rules compute in their forward node's dtypes, never under nx.autocast (core/autocast.py)
+    saved_autocast, CTX.autocast = CTX.autocast, None
+    try:
+        _run_jvp_rules(order, dep, markers, tan, memo)
+    finally:
+        CTX.autocast = saved_autocast
+    result = []
+    for t in outputs:
+        src = t._impl.src
+        result.append(None if src is None else tan.get(src))
+    return result
+
+
+def _run_jvp_rules(order, dep, markers, tan: dict, memo: dict) -> None:
     for n in order:
         if n not in dep or n in markers:
             continue
@@ -48,11 +63,6 @@ def forward_pass(outputs, tangents: dict) -> list:
         for j, t in enumerate(touts):
             if t is not None:
                 tan[(n, j)] = t
-    result = []
-    for t in outputs:
-        src = t._impl.src
-        result.append(None if src is None else tan.get(src))
-    return result
 
 
 def jvp(f: Callable, primals, tangents, has_aux: bool = False):

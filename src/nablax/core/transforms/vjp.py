@@ -61,10 +61,13 @@ def backward_pass(seeds, markers, trace=None, depth: int = 0) -> dict:
                 key = None  # this structure is known to be unplannable
     ctx = CTX
     saved, ctx.vjp_depth = ctx.vjp_depth, depth  # read by the batch-level rules (vmap.py)
+    # rules compute in their forward node's dtypes, never under nx.autocast (core/autocast.py)
+    saved_autocast, ctx.autocast = ctx.autocast, None
     try:
         result = _run_rules(seeds, markers, depth)
     finally:
         ctx.vjp_depth = saved
+        ctx.autocast = saved_autocast
     if key is not None:
         assert frame is not None  # signature() gives both or neither
         _plan.record(key, frame, markers, result)
