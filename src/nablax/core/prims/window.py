@@ -122,10 +122,10 @@ def conv(x, w, strides=1, padding=0, lhs_dilation=1, rhs_dilation=1, groups=1, *
         raise op_error(
             DTypeError, op, f"needs float tensors, got {xi.dtype} and {wi.dtype}", "cast to float32"
         )
+    dt = _autocast.compute_dtype("conv", dt)  # nx.autocast: both inputs are cast to it below
     if not isinstance(groups, int) or groups < 1 or xi.shape[1] != wi.shape[1] * groups:
         raise op_error(
             ShapeError,
-    dt = _autocast.compute_dtype("conv", dt)  # nx.autocast: both inputs are cast to it below
             op,
             f"input has {xi.shape[1]} channels but weight {tuple(wi.shape)} with groups={groups} "
             f"expects {wi.shape[1] * groups if isinstance(groups, int) else '?'}",
