@@ -35,6 +35,7 @@ from ._layers import (
     Tanh,
 )
 from ._module import FrozenModuleError, Module, field
+from ._norms import RMSNorm
 
 __all__ = [
     "Module",
@@ -43,6 +44,7 @@ __all__ = [
     "Linear",
     "Conv2d",
     "LayerNorm",
+    "RMSNorm",
     "Embedding",
     "Dropout",
     "MaxPool2d",

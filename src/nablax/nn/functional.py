@@ -30,6 +30,8 @@ from ..core.prims import fused as _fused
 from ..core.prims import window as _win
 from ..core.tensor import Tensor, to_impl
 from ..errors import DTypeError, ShapeError, op_error
+from ._sdpa import scaled_dot_product_attention  # noqa: F401 - nn.functional's
+from ._norms import rms_norm  # noqa: F401 - nn.functional.rms_norm
 
 __all__ = [
     "relu",
@@ -41,6 +43,7 @@ __all__ = [
     "mse_loss",
     "dropout",
     "layer_norm",
+    "rms_norm",
     "linear",
     "embedding",
     "conv2d",
