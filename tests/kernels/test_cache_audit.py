@@ -226,3 +226,42 @@ def test_a_foreign_or_text_file_is_still_never_touched(tmp_path):
     assert cache.mode == "memory" and path.read_text() == "not a database\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kernels.sqlite"]
     np.testing.assert_equal(cache.get(DEV, OP, "k"), None)
+
+
+FLOCK_HOLDER = """
+import fcntl, sys, time
+f = open(sys.argv[1], "a")
+fcntl.flock(f, fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+def test_a_held_salvage_lock_is_waited_for_briefly_too(tmp_path):
+    """The inter-process lock that guards salvage and moving aside is bounded like SQLite's."""
+    path, _ = _corrupt_db(tmp_path)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", FLOCK_HOLDER, f"{path}.lock"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        r = _run(
+            f"""
+            import time, warnings
+            from nablax.kernels import PersistentCache
+            t = time.monotonic()
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                c = PersistentCache({str(path)!r})
+            print("took", time.monotonic() - t, c.mode)
+            print("warned", any("is locked by another process" in str(x.message) for x in w))
+            """,
+            NABLAX_CACHE_LOCK_TIMEOUT="1",
+        )
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert r.returncode == 0, r.stderr
+    took = float(r.stdout.split("took")[1].split()[0])
+    assert took < 5 and "memory" in r.stdout and "warned True" in r.stdout, r.stdout

@@ -228,12 +228,21 @@ def file_id(path: Path) -> tuple[int, int] | None:
 
 @contextlib.contextmanager
 def interprocess_lock(path: Path) -> Iterator[None]:
-    """Serialize salvage across processes (so only one replaces the file)."""
+    """Serialize salvage across processes (so only one replaces the file); waits at most
+    ``cache_lock_timeout`` seconds for another process, then raises ``TimeoutError``."""
     if fcntl is None:  # pragma: no cover - Windows
         yield
         return
     with open(f"{path}.lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        deadline = time.monotonic() + float(_config.get("cache_lock_timeout"))
+        while True:  # bounded like SQLite's own locks: a stopped process must not hang us
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{path}.lock is held by another process") from None
+                time.sleep(0.02)
         try:
             yield
         finally:
@@ -393,16 +402,19 @@ def move_aside_if_corrupt(path: Path) -> tuple[_dbfile.FileInfo, str | None]:
     """If ``path`` still fails SQLite's checks (another process may have moved it already),
     rename it aside and warn. ``(what is at the path now, None)``, or ``(info, the problem)`` when
     it could not be moved."""
-    with interprocess_lock(path):
-        info = _dbfile.inspect(path)
-        if info.kind != "corrupt":
-            return info, None
-        try:
-            aside = move_aside(path)
-        except OSError as e:
-            reason = f"{info.detail}, and it could not be moved aside ({os_reason(e)})"
-            return info, location_message(path, reason)
-        warn_once(moved_aside_message(path, info.detail, aside), once=False)
+    try:
+        with interprocess_lock(path):
+            info = _dbfile.inspect(path)
+            if info.kind != "corrupt":
+                return info, None
+            try:
+                aside = move_aside(path)
+            except OSError as e:
+                reason = f"{info.detail}, and it could not be moved aside ({os_reason(e)})"
+                return info, location_message(path, reason)
+            warn_once(moved_aside_message(path, info.detail, aside), once=False)
+    except TimeoutError as e:
+        return _dbfile.inspect(path), locked_message(path, str(e), memory=True)
     return _dbfile.inspect(path), None
 
 

@@ -326,6 +326,8 @@ class PersistentCache:
                 elif self._file == "rw" and _dbmisc.is_corrupt(e) and attempt <= 3:
                     try:
                         self._recover(e)
+                    except TimeoutError as t:  # another process holds the salvage lock
+                        self._locked(t)
                     except NotOurs as n:  # replaced meanwhile by something that is not ours
                         self._degrade(None, _dbmisc.not_ours_message(self._path, str(n)))
                         raise _Switched() from None
