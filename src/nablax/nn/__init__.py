@@ -34,6 +34,7 @@ from ._layers import (
     Sequential,
     Tanh,
 )
+from ._attention import MultiheadAttention
 from ._module import FrozenModuleError, Module, field
 from ._norms import RMSNorm
 
@@ -56,5 +57,6 @@ __all__ = [
     "Tanh",
     "Sequential",
     "MLP",
+    "MultiheadAttention",
     "functional",
 ]

@@ -31,6 +31,7 @@ from ..core.prims import window as _win
 from ..core.tensor import Tensor, to_impl
 from ..errors import DTypeError, ShapeError, op_error
 from ._sdpa import scaled_dot_product_attention  # noqa: F401 - nn.functional's
+from ._sdpa import scaled_dot_product_attention  # noqa: F401 - nn.functional's
 from ._norms import rms_norm  # noqa: F401 - nn.functional.rms_norm
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "max_pool2d",
     "avg_pool2d",
     "one_hot",
+    "scaled_dot_product_attention",
 ]
 
 
