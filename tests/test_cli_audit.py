@@ -32,6 +32,12 @@ def test_classify_a_file_that_is_not_python_source(tmp_path, capsys, target):
     assert "is not a Python source file (.py)" in err and "NoneType" not in err, err
 
 
+def test_classify_a_directory_says_so(tmp_path, capsys):
+    assert cli.main(["classify", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory" in err and "no such file" not in err, err
+
+
 @pytest.mark.parametrize(
     "out, says",
     [

@@ -174,6 +174,13 @@ def _cmd_classify(args: argparse.Namespace) -> int:
     from .xcs.analysis import classify_target, format_table
 
     target = Path(args.target)
+    if target.is_dir():
+        print(
+            f"nablax classify: {args.target!r} is a directory; nothing was classified. Fix: give "
+            "one .py file of it, or the package's module name (e.g. pkg.module)",
+            file=sys.stderr,
+        )
+        return 2
     if target.is_file() and target.suffix != ".py":  # no Python importer would load it
         print(
             f"nablax classify: {args.target!r} is not a Python source file (.py); nothing was "
