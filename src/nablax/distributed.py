@@ -178,6 +178,11 @@ def initialize(
         address, num, pid, local = _arguments(
             coordinator_address, num_processes, process_id, local_device_count
         )
+        if isinstance(timeout, bool) or not isinstance(timeout, int) or not 1 <= timeout < 2**31:
+            raise _bad(
+                f"timeout={timeout!r} is not a whole number of seconds in 1..2**31-1",
+                "pass e.g. timeout=300 (how long to wait for the other processes to join)",
+            )
         if _xla_bridge.backends_are_initialized():
             raise RuntimeError(
                 "nx.distributed.initialize: JAX has already started in this process (a tensor "

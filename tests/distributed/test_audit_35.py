@@ -227,3 +227,10 @@ def test_initialize_accepts_ipv6_with_a_zone_and_a_fully_qualified_name(address)
     nx.ones(1).numpy()  # JAX has started: a valid address gets as far as that check
     with pytest.raises(RuntimeError, match="JAX has already started"):
         nx.distributed.initialize(address, 2, 0)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, 2.5, "300", True, 2**40])
+def test_initialize_validates_its_timeout(timeout):
+    nx.ones(1).numpy()
+    with pytest.raises(ValueError, match=r"timeout=.* is not a whole number of seconds"):
+        nx.distributed.initialize("127.0.0.1:1234", 2, 0, timeout=timeout)
