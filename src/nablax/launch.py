@@ -257,7 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[subprocess.Popen] = []
     threads: list[threading.Thread] = []
     main_thread = threading.current_thread() is threading.main_thread()
-    old = {sig: signal.signal(sig, _on_signal) for sig in _STOP_SIGNALS} if main_thread else {}
+    # (a signal the launcher was started ignoring, as under nohup, stays ignored)
+    stoppers = [s for s in _STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+    old = {sig: signal.signal(sig, _on_signal) for sig in stoppers} if main_thread else {}
     try:
         _start(args, port, procs, threads)
         code = _watch(procs, args.timeout)

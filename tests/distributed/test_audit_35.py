@@ -234,3 +234,37 @@ def test_initialize_validates_its_timeout(timeout):
     nx.ones(1).numpy()
     with pytest.raises(ValueError, match=r"timeout=.* is not a whole number of seconds"):
         nx.distributed.initialize("127.0.0.1:1234", 2, 0, timeout=timeout)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="SIGHUP")
+def test_a_launcher_started_under_nohup_keeps_ignoring_sighup(tmp_path):
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    starter = (
+        "import runpy, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_IGN); "
+        "sys.argv = ['nablax.launch', *sys.argv[1:]]; "
+        "runpy.run_module('nablax.launch', run_name='__main__')"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", starter, "--nproc", "1", "--grace", "1", str(script)],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pids: list[int] = []
+    try:
+        line = p.stdout.readline()
+        pids.append(int(line.split()[-1]))
+        p.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert p.poll() is None and alive(pids[0]), "SIGHUP stopped a nohup launcher"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(15) == 128 + signal.SIGTERM
+        time.sleep(0.2)
+        assert not alive(pids[0])
+    finally:
+        for q in [p.pid, *pids]:
+            if alive(q):
+                os.kill(q, signal.SIGKILL)
+        p.wait(10)
