@@ -207,6 +207,15 @@ def test_a_corrupt_file_at_the_cache_path_is_moved_aside_and_a_new_one_started(t
     assert [p.read_bytes() for p in asides if not p.name.endswith(("-wal", "-shm"))] == [data]
 
 
+def test_a_sqlite_file_cut_short_is_moved_aside_too(tmp_path):
+    path = tmp_path / "kernels.sqlite"
+    path.write_bytes(b"SQLite format 3\x00" + bytes(20))  # the header cut short
+    with pytest.warns(RuntimeWarning, match="cut short.*moved aside"):
+        cache = PersistentCache(path)
+    assert cache.mode == "read-write"
+    assert len(list(tmp_path.glob("kernels.sqlite.corrupt-*"))) == 1
+
+
 def test_read_only_commands_never_touch_a_corrupt_file(tmp_path, capsys):
     path, data = _corrupt_db(tmp_path)
     for action in ("list", "show"):

@@ -148,6 +148,8 @@ def inspect(path: Path) -> FileInfo:
             head = f.read(100)
     except OSError as e:
         return FileInfo("unreadable", f"cannot read it ({type(e).__name__}: {e.strerror or e})")
+    if head.startswith(_MAGIC) and len(head) < 100:
+        return FileInfo("corrupt", f"a SQLite file cut short ({len(head)} bytes, no full header)")
     if len(head) < 100 or not head.startswith(_MAGIC):
         return FileInfo("not_sqlite", _describe_bytes(head))
     version, app = _header_ids(head)
