@@ -40,7 +40,8 @@ _PY_SCALARS = (bool, int, float, complex)
 
 
 def canonicalize(dtype) -> np.dtype:
-    """Turn any dtype-like into the np.dtype nablax uses (64-bit types become 32-bit)."""
+    """Turn any dtype-like into the np.dtype nablax uses (64-bit types become 32-bit, byte order
+    native: device arrays have no byte order, so ``'>f4'`` data converts to ``float32``)."""
     if dtype is None:
         return default_float
     try:
@@ -49,6 +50,8 @@ def canonicalize(dtype) -> np.dtype:
         raise DTypeError(
             f"nablax: {dtype!r} is not a dtype. Fix: use nx.float32, nx.int32, ..."
         ) from e
+    if not d.isnative:  # a big-endian NumPy dtype ('>f4'): the same type in native byte order
+        d = d.newbyteorder("=")
     return _CANON.get(d, d)
 
 
