@@ -50,6 +50,7 @@ from .elementwise_build import (
     elementwise_aval,
     make_binary,
     make_unary,
+    weak_int,
 )
 
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
@@ -133,6 +134,26 @@ def _power_base_partial(a, b, y):
     return where(equal(b, 0), 0.0, b * power(a, b - 1))
 
 
+def _power_lower(a, b):
+    """``jnp.power``, but an integer power raised over all the exponent's bits: JAX squares only
+    six times for a traced integer exponent (``jit(jnp.power)(int32 3, 100)`` is not ``3**100``
+    modulo ``2**32``, while eager ``jnp.power`` with a concrete exponent is), and nablax passes
+    Python exponents as program arguments. Negative exponents keep JAX's result."""
+    if not jnp.issubdtype(a.dtype, jnp.integer):
+        return jnp.power(a, b)
+    a, b = jnp.broadcast_arrays(a, b)
+    one = jnp.ones((), b.dtype)
+    acc = jnp.where((a == 0) & (b != 0), jnp.zeros_like(a), jnp.ones_like(a))
+    x, e = a, b
+    for _ in range(jnp.iinfo(b.dtype).bits):
+        acc = jnp.where((e & one) != 0, acc * x, acc)
+        x = x * x
+        e = lax.shift_right_logical(e, one)
+    if jnp.issubdtype(b.dtype, jnp.signedinteger):
+        acc = jnp.where(b < 0, jnp.power(a, b), acc)
+    return acc
+
+
 # name: (dtype kind, lowering, (d(out)/d(a), d(out)/d(b)) as functions of (a, b, out) or None)
 BINARY = {
     "add": ("arith", jnp.add, (lambda a, b, y: 1.0, lambda a, b, y: 1.0)),
@@ -143,7 +164,7 @@ BINARY = {
     "mod": ("arith", jnp.remainder, (lambda a, b, y: 1.0, lambda a, b, y: -floor(divide(a, b)))),
     "power": (
         "arith",
-        jnp.power,
+        _power_lower,
         (_power_base_partial, lambda a, b, y: log(where(equal(a, 0), 1.0, a)) * y),
     ),
     "maximum": (
@@ -486,25 +507,49 @@ def where(condition, x=None, y=None) -> Tensor:
             TypeError, "where", "needs three arguments (condition, x, y)", "use x[mask] for indices"
         )
     ci = _operand(condition, "where")
+    if hasattr(type(x), "_weak_binary") or hasattr(type(y), "_weak_binary"):
+        x, y = _untrace_weak(x, y)
     xs, ys = type(x) in _SCALARS, type(y) in _SCALARS
     xi: TensorImpl | Literal
     yi: TensorImpl | Literal
     if xs and ys:  # two weakly typed scalars: no device array needed to find the dtype
         dt = promote(dtypes.scalar_dtype(x), dtypes.scalar_dtype(y))
-        yi = Literal(y, dt)
-        xi = Literal(x, dt)
+        yi = Literal(_weak(y, dt), dt)
+        xi = Literal(_weak(x, dt), dt)
     elif xs:
         yi = _operand(y, "where")
         dt = promote_scalar(yi.dtype, type(x))
-        xi = Literal(x, dt)
+        xi = Literal(_weak(x, dt), dt)
     elif ys:
         xi = _operand(x, "where")
         dt = promote_scalar(xi.dtype, type(y))
-        yi = Literal(y, dt)
+        yi = Literal(_weak(y, dt), dt)
     else:
         xi, yi = _operand(x, "where"), _operand(y, "where")
         dt = promote(xi.dtype, yi.dtype)
     return Tensor._wrap(bind(select, [ci, xi, yi], (dt,))[0])
+
+
+def _untrace_weak(x, y):
+    """``where``'s branches when one is a traced Python number (an ``nx.compile`` argument, weakly
+    typed): cast to the dtype a Python number would take there, as ``jnp.where`` under
+    ``jax.jit`` does (``where(c, int8_x, k)`` stays int8 for a traced ``k``, as for ``k = 300``)."""
+    kinds = [v._kind if hasattr(type(v), "_weak_binary") else type(v) for v in (x, y)]
+    weak = [k in _SCALARS for k in kinds]
+    if all(weak):
+        dt = promote(dtypes.scalar_dtype(kinds[0](0)), dtypes.scalar_dtype(kinds[1](0)))
+    else:
+        strong = y if weak[0] else x
+        si = strong._impl if isinstance(strong, Tensor) else _operand(strong, "where")
+        dt = promote_scalar(si.dtype, kinds[0] if weak[0] else kinds[1])
+    return tuple(
+        Tensor._wrap(v._impl).astype(dt) if hasattr(type(v), "_weak_binary") else v for v in (x, y)
+    )
+
+
+def _weak(v, dt):
+    """A Python scalar operand of ``where`` as its value in ``dt`` (an int wraps as JAX wraps it)."""
+    return weak_int("where", v, dt) if type(v) is int else v
 
 
 def stop_gradient(x) -> Tensor:

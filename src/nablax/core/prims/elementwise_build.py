@@ -120,16 +120,43 @@ def cast_lower(fn):
 
 
 def _check_int(op: str, v: int, dtype) -> None:
-    """A Python int must fit the integer dtype it is materialized in (JAX raises the same)."""
+    """A Python int beyond int32 must fit the integer dtype it is materialized in (JAX raises
+    ``OverflowError`` for any Python int beyond int32 without x64)."""
     if dtypes.is_integer(dtype) or dtype == bool_:
         info = np.iinfo(dtype) if dtype != bool_ else None
         if info is None or not info.min <= v <= info.max:
             raise op_error(
                 OverflowError,
                 op,
-                f"Python int {v} does not fit dtype {dtype}",
-                "cast the tensor to a wider or float dtype first",
+                f"Python int {v} does not fit dtype {dtype} (Python ints are int32 in nablax, as "
+                f"in JAX; only those within int32 wrap into a narrower dtype)",
+                f"pass a float ({float(v)!r}) or cast the tensor to a float dtype first",
             )
+
+
+_INT_WRAP: dict = {}  # integer dtype -> (min, max, 2**bits)
+
+
+def weak_int(op: str, v: int, dtype) -> int:
+    """The value a Python int operand of ``op`` takes in ``dtype`` (its weakly typed dtype), as
+    JAX gives it: an int within int32 (JAX's range for Python ints) wraps modulo ``2**bits`` into a
+    narrower integer dtype (``int8_tensor + 300`` adds 44, as ``jnp`` and ``nx.compile`` with the
+    300 as an argument do); one beyond int32 must fit ``dtype`` exactly, else ``OverflowError``
+    naming ``op``, the value and the dtype."""
+    if dtype.kind not in "iu":
+        if not -2147483648 <= v <= 2147483647:
+            _check_int(op, v, dtype)
+        return v
+    r = _INT_WRAP.get(dtype)
+    if r is None:
+        info = np.iinfo(dtype)
+        r = _INT_WRAP[dtype] = (int(info.min), int(info.max), 1 << info.bits)
+    lo, hi, mod = r
+    if lo <= v <= hi:
+        return v
+    if not -2147483648 <= v <= 2147483647:
+        _check_int(op, v, dtype)  # raises
+    return (v - lo) % mod + lo
 
 
 def _operand(x, op: str) -> TensorImpl:
@@ -161,15 +188,21 @@ def _binary(name: str, prim, kind: str, a, b) -> Tensor:
         bi = b._impl if tb is Tensor else _operand(b, name)
         return _binary_tt(name, prim, kind, ai, bi)
     params, out_dt = resolve(name, kind, promote_scalar(ti.dtype, type(s)))
-    if type(s) is int and not -2147483648 <= s <= 2147483647:
-        _check_int(name, s, params[0])
-    if name == "power" and not first and type(s) is int and s < 0 and dtypes.is_integer(params[0]):
-        raise op_error(
-            DTypeError,
-            "power",
-            f"integers cannot be raised to negative integer powers ({s})",
-            "use a float base, e.g. x.astype(nx.float32) ** -1",
-        )
+    if name == "power" and not first and type(s) is int and dtypes.is_integer(params[0]):
+        if s < 0:
+            raise op_error(
+                DTypeError,
+                "power",
+                f"integers cannot be raised to negative integer powers ({s})",
+                "use a float base, e.g. x.astype(nx.float32) ** -1",
+            )
+        if weak_int(name, s, params[0]) != s:
+            # JAX raises to a Python int exponent exactly (lax.integer_pow), it does not wrap
+            # it: x**s in int32 (which wraps modulo 2**32) keeps x**s modulo 2**bits
+            wide = Tensor._wrap(ti).astype(dtypes.int32)
+            return (wide**s).astype(params[0])
+    if type(s) is int:
+        s = weak_int(name, s, params[0])
     c = scalar_literal(s, params[0])
     ref: Any = ti.src
     if ref is None:
@@ -243,7 +276,9 @@ def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
     share them). Only exact matches share: equal nonzero floats and ints have the same bits; zeros
     (0.0 vs -0.0), NaNs and complex numbers (signed zero parts) always get a new literal."""
     scalar_cache: dict = {}
-    check_neg = name == "power"  # negative integer exponents are checked on the general path
+    # negative integer exponents are checked on the general path, and there an int exponent too
+    # large for an int8 tensor is applied exactly, not wrapped
+    check_neg = name == "power"
 
     def scalar_rule(d, st):
         r = scalar_cache.get((d, st))
@@ -256,17 +291,15 @@ def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
         if (
             type(x1) is Tensor
             and type(x2) in _SCALARS
-            and not (check_neg and type(x2) is int and x2 < 0)
+            and not (check_neg and type(x2) is int and not 0 <= x2 <= 127)
         ):
             ti = x1._impl
             r = scalar_cache.get((ti.dtype, type(x2)))
             params, out_dt, lits = r if r is not None else scalar_rule(ti.dtype, type(x2))
             lit = lits.get(x2) if x2 and lits is not None else None
             if lit is None:
-                if type(x2) is int and not -2147483648 <= x2 <= 2147483647:
-                    _check_int(name, x2, params[0])
                 lit = _new_literal(Literal)  # graph.scalar_literal, inlined
-                lit.value = x2
+                lit.value = weak_int(name, x2, params[0]) if type(x2) is int else x2
                 lit.dtype = params[0]
                 lit.weak = True
                 if x2 and x2 == x2 and lits is not None and len(lits) < 64:

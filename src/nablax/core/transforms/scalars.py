@@ -227,7 +227,12 @@ def weak_binary(name: str, a, b):
         return fn(_plain(a).astype(dtypes.promote_scalar(strong.dtype, ka)), strong)
     assert kb is not None  # a or b is a TracedScalar
     strong = a if isinstance(a, Tensor) else Tensor._wrap(to_impl(a, op=name))
-    return fn(strong, _plain(b).astype(dtypes.promote_scalar(strong.dtype, kb)))
+    dt = dtypes.promote_scalar(strong.dtype, kb)
+    if name == "power" and kb is int and dt.kind in "iu" and dt.itemsize < 4:
+        # an int exponent is not wrapped into int8/int16 (as eager ``int8_tensor ** 300``, and
+        # jnp.power with a concrete exponent): raised in int32, then wrapped to the dtype
+        return fn(strong.astype(dtypes.int32), _plain(b).astype(dtypes.int32)).astype(dt)
+    return fn(strong, _plain(b).astype(dt))
 
 
 class TracedScalar(Tensor):
