@@ -24,6 +24,7 @@ States save with ``nx.save`` and load with ``nx.load(path, like=state)``.
 ([1.0, -2.0, 3.0], 200)
 """
 
+from ._accumulate import MultiSteps, MultiStepsState
 from ._base import EmptyState, GradientTransformation, apply_updates, chain
 from ._optimizers import adagrad, adam, adamw, rmsprop, sgd
 from ._schedules import (
@@ -54,6 +55,7 @@ __all__ = [
     "GradientTransformation",
     "apply_updates",
     "chain",
+    "MultiSteps",
     # optimizers
     "sgd",
     "adam",
@@ -82,4 +84,5 @@ __all__ = [
     "TraceState",
     "RmspropState",
     "AdagradState",
+    "MultiStepsState",
 ]
