@@ -43,7 +43,7 @@ import uuid
 from typing import Any
 
 from .. import _caches
-from .futures import Lazy, Pending
+from .futures import Lazy, Pending, resolve
 
 MAX_DEPTH = 64
 
@@ -184,6 +184,71 @@ def _module(name: str) -> Any:
     import sys
 
     return sys.modules.get(name)
+
+
+# ---- what calls receive, and what they return -------------------------------------------------
+
+
+def keep_result(node: Any, result: Any) -> None:
+    """Keep ``result`` as the call returned it for the calls that take it (the program may change
+    the object it reads); a result that cannot be copied is shared, and read with care."""
+    if type(result) in (str, int, float, bool, bytes, type(None)):
+        return
+    try:
+        copy = snapshot(result, "result")
+    except Uncopyable:
+        node._shared = True
+        return
+    if copy is not result:
+        node._pristine = (copy,)
+
+
+def given(x: Any, depth: int = 0) -> Any:
+    """What a call receives: ``x`` with each pending value replaced by its result as the call
+    that made it returned it (a fresh copy for each call), never a future."""
+    if isinstance(x, Pending):
+        kept = x.node._pristine
+        if kept is not None:
+            try:
+                return snapshot(kept[0], "result")
+            except Uncopyable:  # pragma: no cover - it was copied once
+                return kept[0]
+        return resolve(x)
+    if isinstance(x, Lazy):
+        return resolve(x)
+    if depth > 64:
+        return resolve(x)
+    t = type(x)
+    if t is list or t is tuple:
+        vals = [given(v, depth + 1) for v in x]
+        return x if all(a is b for a, b in zip(vals, x)) else t(vals)
+    if t is dict:
+        vals = {k: given(v, depth + 1) for k, v in x.items()}
+        return x if all(vals[k] is v for k, v in x.items()) else vals
+    return resolve(x)
+
+
+def resolve_in_place(x: Any, depth: int = 0) -> Any:
+    """``x`` with the pending values inside its lists and dicts replaced by their values in place
+    (the objects stay the program's own: a function that changes them changes the program's)."""
+    if isinstance(x, Lazy):
+        return resolve(x)
+    if depth > 64:
+        return x
+    if type(x) is list:
+        for i, v in enumerate(x):
+            r = resolve_in_place(v, depth + 1)
+            if r is not v:
+                x[i] = r
+    elif type(x) is dict:
+        for k, v in list(x.items()):
+            r = resolve_in_place(v, depth + 1)
+            if r is not v:
+                x[k] = r
+    elif type(x) is tuple:
+        vals = [resolve_in_place(v, depth + 1) for v in x]
+        return x if all(a is b for a, b in zip(vals, x)) else tuple(vals)
+    return x
 
 
 # ---- functions that change their arguments ------------------------------------------------------

@@ -24,10 +24,17 @@ observably does:
 - anything else (tensor code, pure functions, builtins, hybrids, methods of real values): called
   in the jitted function's thread after waiting for the pending values in its arguments.
 
-**Errors in program order.** Nodes and lazy values are numbered in program order. When the
-function returns or raises, the engine waits for every node and raises the first failure the
-program has not seen (one it read, and maybe caught, does not count), or else the function's own
-exception: an inline error after a failed call raises the call's error, as plain Python would.
+**Arguments as they were.** A node gets a snapshot of its arguments (``_snapshot.py``): what the
+program does to them afterwards never reaches the call.
+
+**Errors in program order, as soon as they happen.** Nodes and lazy values are numbered in
+program order. A node that fails is raised at the program's next call, or while it waits for a
+later value, after waiting only for the nodes before it (plain Python would have stopped there).
+At most ``nx.config.xcs_speculation_window`` nodes are unfinished at once (the program waits for
+the oldest before it makes another call). When the function returns, the engine waits for every
+node and raises the first failure the program has not seen (one it read, and maybe caught, does
+not count), or else the function's own exception: an inline error after a failed call raises the
+call's error, as plain Python would. When it raises, nodes not yet started are cancelled.
 ``try`` and ``with`` statements first settle every earlier call (``settle``), and calls inside
 their bodies deliver their results before the next statement (``call_now``), so handlers and
 context managers see exactly the exceptions plain Python would give them.
@@ -36,15 +43,17 @@ context managers see exactly the exceptions plain Python would give them.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
+import functools
 import inspect
 import threading
 import time
 import types
 from typing import Any
 
+from .. import _config
 from . import scheduler
-from ._snapshot import Uncopyable, mutates_arguments, snapshot
+from ._plan import Plan, PlanNode, Stats
+from ._snapshot import Uncopyable, given, keep_result, mutates_arguments, resolve_in_place, snapshot
 from .futures import Deferred, Lazy, LazyStr, Pending, current_engine, fstring, pending_in, resolve
 
 _current = current_engine
@@ -65,116 +74,6 @@ _STORING_BUILTINS = {len, list, tuple, dict, zip, enumerate, range, reversed, it
 _VALUE_TYPES = (str, bytes, bytearray, list, tuple, dict, set, frozenset, int, float, complex)
 
 
-@dataclasses.dataclass
-class PlanNode:
-    """One orchestration call of an invocation: times are seconds from the invocation's start.
-
-    ``deps`` are the calls whose results it takes (data flow); ``after`` the calls it had to wait
-    for by the sequential rule; ``effects`` whether it has external effects and ``schedule`` how it
-    was started and why (``"early: read-only (...)"``, ``"waited: has effects (...)"``, ...)."""
-
-    id: int
-    name: str
-    deps: tuple[int, ...]
-    submitted: float
-    start: float | None = None
-    end: float | None = None
-    error: str | None = None
-    effects: bool = False
-    after: tuple[int, ...] = ()
-    schedule: str = ""
-    observed: bool = dataclasses.field(default=False, repr=False)  # its failure reached the code
-    # its result as it returned it, for the calls that take it (None: not kept; see _snapshot.py)
-    pristine: Any = dataclasses.field(default=None, init=False, repr=False, compare=False)
-    # its result could not be copied: a read by the program first waits for these calls
-    consumers: list = dataclasses.field(default_factory=list, init=False, repr=False, compare=False)
-    shared: bool = dataclasses.field(default=False, init=False, repr=False, compare=False)
-
-    @property
-    def duration(self) -> float:
-        return (self.end - self.start) if self.start is not None and self.end is not None else 0.0
-
-    @property
-    def early(self) -> bool:
-        """True when it could start before the calls that precede it had finished."""
-        return not self.effects and not self.after
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """The executed call graph of one ``xcs.jit`` invocation (``f.last_plan()``): ``edges`` are
-    the data-flow edges ``(from, to)``; each node's ``after`` / ``schedule`` say what else it
-    waited for; ``wall_s`` is the invocation's own wall time."""
-
-    nodes: tuple[PlanNode, ...]
-    edges: tuple[tuple[int, int], ...]
-    wall_s: float
-
-    def __str__(self) -> str:
-        lines = [f"xcs plan: {len(self.nodes)} call(s) in {self.wall_s * 1e3:.1f} ms"]
-        for n in self.nodes:
-            deps = f" after {list(n.deps)}" if n.deps else ""
-            span = (
-                f"{(n.start or 0) * 1e3:8.1f} -> {(n.end or 0) * 1e3:8.1f} ms"
-                if n.start is not None
-                else "      (not run)      "
-            )
-            err = f"  ERROR {n.error}" if n.error else ""
-            lines.append(f"  #{n.id:<3} {span}  {n.name}{deps}  [{n.schedule}]{err}")
-        return "\n".join(lines)
-
-
-@dataclasses.dataclass(frozen=True)
-class Stats:
-    """``f.stats()``: calls of the last invocation, their summed time, the wall time, the overlap
-    (summed call time / wall time of the calls) and the time saved against running them one
-    after another.
-
-    Also a read-only mapping with the seed's keys (its ``f.stats()`` is a dict): ``"optimized"``
-    (the calls overlapped enough to pay: overlap > 1.2, the seed's threshold on its speedup
-    estimate), ``"status"`` (``"compiled"`` if so, else ``"fallback"``), ``"reason"``
-    (``"no_parallelism"``, present only when not optimized) and the five fields by name.
-
-    >>> s = Stats(calls=0, busy_s=0.0, wall_s=0.0, overlap=0.0, saved_s=0.0)
-    >>> s["status"], s["optimized"], "reason" in s, s.get("hits", 0), s.calls
-    ('fallback', False, True, 0, 0)
-    """
-
-    calls: int
-    busy_s: float
-    wall_s: float
-    overlap: float
-    saved_s: float
-
-    def keys(self) -> tuple[str, ...]:
-        names = tuple(f.name for f in dataclasses.fields(self))
-        return ("status", "optimized", *names) + (() if self.overlap > 1.2 else ("reason",))
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in self.keys():
-            raise KeyError(
-                f"xcs.jit(f).stats()[{key!r}]: no such key. Fix: one of {', '.join(self.keys())}"
-            )
-        seed = {"optimized": self.overlap > 1.2, "reason": "no_parallelism"}
-        seed["status"] = "compiled" if seed["optimized"] else "fallback"
-        return seed[key] if key in seed else getattr(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self.keys()
-
-    def __iter__(self):
-        return iter(self.keys())
-
-    def __len__(self) -> int:
-        return len(self.keys())
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self.keys() else default
-
-    def items(self) -> list[tuple[str, Any]]:
-        return [(k, self[k]) for k in self.keys()]
-
-
 class Engine:
     """Schedules one invocation's orchestration calls (see the module docstring)."""
 
@@ -190,17 +89,24 @@ class Engine:
         self.fatal: BaseException | None = None  # the executor failed to take work
         self.lock = threading.Lock()
         self.any_pending = False  # fast path: no lazy value exists yet, nothing to resolve
+        self.window = int(_config.get("xcs_speculation_window"))
+        self.open_from = 0  # every node before this one has finished
+        self.failures: set[int] = set()  # nodes that failed (the program may not know yet)
+        self.listeners: list = []  # called once when a node fails (a program waiting for a value)
+        self.abandoned = False  # the invocation raised: calls not yet running never run
 
     # -- the runtime the rewritten function calls (as __xcs__.<name>) -----------------------------
     def call(self, fn: Any, *args: Any, **kw: Any) -> Any:
         if self.fatal is not None:
             raise self.fatal
+        if self.failures:
+            self.raise_failure()  # plain Python would have stopped at that call
         route, c = self.route(fn)
         if route == "submit":
             if mutates_arguments(fn) is None:
                 return self.submit(fn, args, kw, c)
             # it changes an argument in place: it runs now, on the program's own objects
-            args, kw = _resolve_in_place(args), _resolve_in_place(kw)
+            args, kw = resolve_in_place(args), resolve_in_place(kw)
         elif route == "store" or not self.any_pending:
             return fn(*args, **kw)
         if route == "defer":
@@ -273,6 +179,7 @@ class Engine:
 
     # -- nodes ------------------------------------------------------------------------------------
     def submit(self, fn: Any, args: tuple, kw: dict, c: Any = None) -> Pending:
+        self._within_window()
         try:  # the call sees its arguments as they are now, whenever it starts
             args, kw = snapshot(args, "args"), snapshot(kw, "kwargs")
             held = None
@@ -300,9 +207,10 @@ class Engine:
                 time.perf_counter() - self.t0, effects=effects, after=after, schedule=schedule,
             )  # fmt: skip
             for d in deps:
-                d.node.consumers.append(fut)
+                d.node._consumers.append(fut)
             self.nodes.append(node)
             self.futures.append(fut)
+            fut.add_done_callback(functools.partial(self._node_done, i))
             self.any_pending = True
             if effects:
                 self.last_effect = i
@@ -325,9 +233,12 @@ class Engine:
                 w.add_done_callback(ready)
         if held is not None:
             scheduler.wait(fut)  # nothing may change its arguments before it has run
-        return Pending(fut, node)
+        return Pending(fut, node, self)
 
     def _start(self, fn, args, kw, node: PlanNode, fut: cf.Future, deps: list, direct: bool):
+        if self.abandoned or any(d.future.cancelled() for d in deps):
+            fut.cancel()  # the invocation is over (it raised): not needed
+            return
         for d in deps:
             err = d.future.exception()
             if err is not None:  # an input failed: this call never runs, as in plain Python
@@ -335,6 +246,9 @@ class Engine:
                 fut.set_exception(err)
                 return
         for j in node.after:
+            if self.futures[j].cancelled():
+                fut.cancel()
+                return
             err = self.futures[j].exception()
             if err is not None and not self.nodes[j].observed:
                 # an earlier call failed, and the program has not handled it: plain Python never
@@ -356,7 +270,7 @@ class Engine:
                 scheduler.submit(self.executor, self._run, fn, args, kw, node, fut)
             else:  # another process (Dask, a process pool): the user's function, real values
                 node.start = time.perf_counter() - self.t0
-                remote = scheduler.submit(self.executor, fn, *_given(args), **_given(kw))
+                remote = scheduler.submit(self.executor, fn, *given(args), **given(kw))
                 remote.add_done_callback(lambda r: self._finish_remote(r, node, fut))
         except BaseException as e:  # noqa: BLE001 - the executor refused the work
             node.error = f"the executor did not take the call: {type(e).__name__}: {e}"[:200]
@@ -366,16 +280,20 @@ class Engine:
                 raise
 
     def _run(self, fn, args, kw, node: PlanNode, fut: cf.Future) -> None:
+        if self.abandoned:  # the invocation raised before this call could start
+            node.error = "cancelled: the invocation raised before it started"
+            fut.set_exception(cf.CancelledError(node.error))
+            return
         node.start = time.perf_counter() - self.t0
         try:
-            result = fn(*_given(args), **_given(kw))
+            result = fn(*given(args), **given(kw))
         except BaseException as e:  # noqa: BLE001 - delivered to whoever reads the value
             node.end = time.perf_counter() - self.t0
             node.error = f"{type(e).__name__}: {e}"[:200]
             fut.set_exception(e)
             return
         node.end = time.perf_counter() - self.t0
-        _keep(node, result)
+        keep_result(node, result)
         fut.set_result(result)
 
     def _finish_remote(self, remote: cf.Future, node: PlanNode, fut: cf.Future) -> None:
@@ -385,10 +303,58 @@ class Engine:
             node.error = f"{type(err).__name__}: {err}"[:200]
             fut.set_exception(err)
         else:
-            _keep(node, remote.result())
+            keep_result(node, remote.result())
             fut.set_result(remote.result())
 
     # -- program order ----------------------------------------------------------------------------
+    def _node_done(self, i: int, f: cf.Future) -> None:
+        if f.cancelled() or f.exception() is None:
+            return
+        with self.lock:
+            self.failures.add(i)
+            listeners, self.listeners = self.listeners, []
+        for wake in listeners:
+            wake()
+
+    def raise_failure(self, before: int | None = None) -> None:
+        """Raise the first failure in program order (waiting only for the calls before it) if a
+        call before node ``before`` (default: any) failed and the program has not seen it."""
+        with self.lock:
+            open_ = sorted(j for j in self.failures if not self.nodes[j].observed)
+            self.failures.intersection_update(open_)  # the program saw (and caught) the others
+        if open_ and (before is None or open_[0] < before):
+            self.settle(upto=open_[0] + 1)
+
+    def wait_for(self, pending: Pending) -> None:
+        """The program needs ``pending``'s value: wait for it, unless an earlier call fails
+        first (plain Python would have stopped there: raise its error now)."""
+        fut = pending.future
+        while not fut.done():
+            self.raise_failure(before=pending.node.id)
+            woke: cf.Future = cf.Future()
+            wake = functools.partial(_wake, woke)
+            with self.lock:
+                self.listeners.append(wake)
+            fut.add_done_callback(wake)
+            self.raise_failure(before=pending.node.id)  # one that failed meanwhile
+            # run no call here unless nobody else does (a busy pool): this thread stays free to
+            # raise a failure the moment it happens, and then only calls up to this one
+            scheduler.wait(woke, only=functools.partial(self._needed_by, pending.node.id))
+
+    def _needed_by(self, k: int, work: Any) -> bool:
+        run = work.fn
+        return getattr(run, "__self__", None) is self and work.args[3].id <= k
+
+    def _within_window(self) -> None:
+        """Before a new call: at most ``window`` earlier calls may still be unfinished (plain
+        Python would not have started this one before they ended); wait for the oldest."""
+        while len(self.futures) - self.open_from >= self.window:
+            f = self.futures[self.open_from]
+            if not f.done():
+                scheduler.wait(f)
+                self.raise_failure()
+            self.open_from += 1
+
     def _lazies_before(self, n: int) -> list[tuple[int, Lazy]]:
         return [(pos, lz) for pos, lz in self.lazies if pos <= n]
 
@@ -422,27 +388,38 @@ class Engine:
                 raise err
 
     def finish(self, exc: BaseException | None) -> BaseException | None:
-        """At the end of an invocation (``exc``: what the function raised, or None): wait for
-        everything; return the exception to raise, the first in program order."""
+        """At the end of an invocation (``exc``: what the function raised, or None): return the
+        exception to raise, the first in program order. Every call ends before a normal return;
+        after a failure only the calls before it are waited for, and the rest are cancelled."""
+        out: BaseException | None = exc
         try:
-            i = 0
-            while i < len(self.futures):  # every call ends before the invocation returns
-                scheduler.wait(self.futures[i])
-                i += 1
-            for err, event in self._events(0, len(self.nodes)):
-                if err is None:
-                    continue
-                if err is exc:
-                    break
-                if not event.observed:
-                    _mark(event)
-                    return err
-            return exc
+            out = self._first_failure(exc)
+            return out
         finally:
             self.t_end = time.perf_counter()
+            if out is not None:  # the invocation raises: calls not started yet are not needed
+                self.abandoned = True
+                for f in self.futures:
+                    f.cancel()  # only those not running yet
             for n in self.nodes:  # the plan outlives the invocation: drop the results' copies
-                n.pristine = None
-                n.consumers.clear()
+                n._pristine = None
+                n._consumers.clear()
+
+    def _first_failure(self, exc: BaseException | None) -> BaseException | None:
+        for err, event in self._events(0, len(self.nodes)):
+            if err is None:
+                continue
+            if err is exc:  # the program's own exception came from here
+                if getattr(event, "_seen_at", None) is not None:
+                    # calls made after the program saw it (an except or finally block) are plain
+                    # Python's too: they end before the invocation does
+                    for f in self.futures[event._seen_at :]:
+                        scheduler.wait(f)
+                break
+            if not event.observed:
+                _mark(event)
+                return err
+        return exc
 
     # -- reports ----------------------------------------------------------------------------------
     def plan(self) -> Plan:
@@ -476,71 +453,20 @@ def _effects(c: Any) -> bool:
     return True if c is None else bool(getattr(c, "effects", False))
 
 
-def _keep(node: PlanNode, result: Any) -> None:
-    """Keep ``result`` as the call returned it for the calls that take it (the program may change
-    the object it reads); a result that cannot be copied is shared, and read with care."""
-    if type(result) in (str, int, float, bool, bytes, type(None)):
-        return
-    try:
-        copy = snapshot(result, "result")
-    except Uncopyable:
-        node.shared = True
-        return
-    if copy is not result:
-        node.pristine = (copy,)
-
-
-def _given(x: Any, depth: int = 0) -> Any:
-    """What a call receives: ``x`` with each pending value replaced by its result as the call
-    that made it returned it (a fresh copy for each call), never a future."""
-    if isinstance(x, Pending):
-        kept = x.node.pristine
-        if kept is not None:
-            try:
-                return snapshot(kept[0], "result")
-            except Uncopyable:  # pragma: no cover - it was copied once
-                return kept[0]
-        return resolve(x)
-    if isinstance(x, Lazy):
-        return resolve(x)
-    if depth > 64:
-        return resolve(x)
-    t = type(x)
-    if t is list or t is tuple:
-        vals = [_given(v, depth + 1) for v in x]
-        return x if all(a is b for a, b in zip(vals, x)) else t(vals)
-    if t is dict:
-        vals = {k: _given(v, depth + 1) for k, v in x.items()}
-        return x if all(vals[k] is v for k, v in x.items()) else vals
-    return resolve(x)
-
-
-def _resolve_in_place(x: Any, depth: int = 0) -> Any:
-    """``x`` with the pending values inside its lists and dicts replaced by their values in place
-    (the objects stay the program's own: a function that changes them changes the program's)."""
-    if isinstance(x, Lazy):
-        return resolve(x)
-    if depth > 64:
-        return x
-    if type(x) is list:
-        for i, v in enumerate(x):
-            r = _resolve_in_place(v, depth + 1)
-            if r is not v:
-                x[i] = r
-    elif type(x) is dict:
-        for k, v in list(x.items()):
-            r = _resolve_in_place(v, depth + 1)
-            if r is not v:
-                x[k] = r
-    elif type(x) is tuple:
-        vals = [_resolve_in_place(v, depth + 1) for v in x]
-        return x if all(a is b for a, b in zip(vals, x)) else tuple(vals)
-    return x
+def _wake(woke: cf.Future, _f: Any = None) -> None:
+    if not woke.done():
+        try:
+            woke.set_result(None)
+        except cf.InvalidStateError:  # woken twice at once
+            pass
 
 
 def _mark(event: Any) -> None:
     if isinstance(event, PlanNode):
         event.observed = True
+        eng = _current.get()
+        if event._seen_at is None and eng is not None:
+            event._seen_at = len(eng.nodes)
     else:
         event._mark_observed()
 

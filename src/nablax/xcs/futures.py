@@ -124,33 +124,50 @@ def _is_text(x: Any) -> bool:
 class Pending(Lazy):
     """The result of an orchestration call submitted by ``xcs.jit`` (see the module docstring)."""
 
-    __slots__ = ("future", "node")
+    __slots__ = ("future", "node", "engine")
 
-    def __init__(self, future: cf.Future, node: Any) -> None:
+    def __init__(self, future: cf.Future, node: Any, engine: Any = None) -> None:
         object.__setattr__(self, "future", future)
         object.__setattr__(self, "node", node)
+        object.__setattr__(self, "engine", engine)
 
     def _eval(self) -> Any:
         return scheduler.result(self.future)
 
     def value(self) -> Any:
+        if self.engine is not None and not self.future.done():
+            self.engine.wait_for(self)  # raises an earlier call's failure as soon as it happens
         out = super().value()
-        if getattr(self.node, "shared", False):
+        if getattr(self.node, "_shared", False):
             # a result that could not be copied: the calls that take it get it before the
             # program, which may change it, has it
-            for f in list(self.node.consumers):
+            for f in list(self.node._consumers):
                 scheduler.wait(f)
         return out
 
     def _mark_observed(self) -> None:
         self.node.observed = True  # the program saw this failure (it may catch it)
+        if self.engine is not None and getattr(self.node, "_seen_at", 0) is None:
+            self.node._seen_at = len(self.engine.nodes)
 
     def done(self) -> bool:
         return self.future.done()
 
 
 class _Memo(Lazy):
-    """A lazy value computed once from other values (its error is kept too)."""
+    """A lazy value computed once from other values (its error is kept too). The program's read
+    (``value``) waits for its pending inputs in program order, so an earlier call's failure is
+    raised as soon as it happens."""
+
+    def value(self) -> Any:
+        if self._state == 0:
+            for p in sorted(pending_in(self._inputs(), []), key=lambda p: p.node.id):
+                if p.engine is not None and not p.future.done():
+                    p.engine.wait_for(p)
+        return super().value()
+
+    def _inputs(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     __slots__ = ("_state", "_result", "observed")
 
@@ -215,6 +232,9 @@ class LazyStr(_Memo):
     def done(self) -> bool:
         return all(p.done() for p in self.parts if isinstance(p, Lazy))
 
+    def _inputs(self) -> Any:
+        return self
+
     def pending(self) -> list:
         return [p for p in self.parts if isinstance(p, Pending)]
 
@@ -237,6 +257,9 @@ class Formatted(_Memo):
     def done(self) -> bool:
         return self.inner.done()
 
+    def _inputs(self) -> Any:
+        return self
+
 
 class Deferred(_Memo):
     """A pure call (``str.join``, ``str.format``, ``a + b``) on pending values, made when its
@@ -256,6 +279,9 @@ class Deferred(_Memo):
 
     def done(self) -> bool:
         return self._state != 0 or all(p.done() for p in pending_in((self.args, self.kwargs), []))
+
+    def _inputs(self) -> Any:
+        return self
 
 
 def _eval_tree(x: Any) -> Any:

@@ -93,7 +93,11 @@ def jit(
     The program behaves exactly like plain sequential Python (results, the first exception in
     program order, which side effects happen): read-only calls (``classify(f).effects`` False)
     may start early; calls with effects start only after every earlier call succeeded, and later
-    calls wait for them; ``try``/``with`` bodies see their calls' exceptions. ``executor``: any
+    calls wait for them; ``try``/``with`` bodies see their calls' exceptions. A call gets its
+    arguments as they were when the program made it (copied; see ``_snapshot.py``). A failure
+    is raised as soon as plain Python would have raised it (at the program's next call or wait),
+    at most ``nx.config.xcs_speculation_window`` calls run ahead of the oldest unfinished one, and
+    calls not started when the invocation raises are cancelled. ``executor``: any
     ``concurrent.futures.Executor`` (thread pools, process pools, Dask's
     ``client.get_executor()``); default a shared pool of ``max_workers`` (64) threads. Nesting
     never deadlocks. ``f.last_plan()`` (each call: inputs, timing, why it ran early or waited)

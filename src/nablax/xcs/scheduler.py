@@ -157,15 +157,17 @@ def _overflow_run() -> None:
         _run_helping(work)
 
 
-def wait(future: cf.Future) -> None:
-    """Wait until ``future`` is done, running queued in-process work meanwhile."""
+def wait(future: cf.Future, only: Any = None) -> None:
+    """Wait until ``future`` is done, running queued in-process work meanwhile. With ``only`` (a
+    predicate on queued work), run only such work, and only when nobody else took it for a while
+    (so that the thread stays free to react: ``xcs.jit``'s program thread)."""
     if future.done():
         return
     future.add_done_callback(_notify)
     stalled = False
     while not future.done():
-        if _can_help():
-            work = _claim()
+        if _can_help() and (only is None or stalled):
+            work = _claim() if only is None else _claim_matching(only)
             if work is not None:
                 _run_helping(work)
                 continue
@@ -176,6 +178,17 @@ def wait(future: cf.Future) -> None:
                 threading.Thread(target=_overflow_run, name="xcs-overflow", daemon=True).start()
             stalled = bool(_queue)
             _cond.wait(timeout=0.05 if _queue else 1.0)
+
+
+def _claim_matching(only: Any) -> _Work | None:
+    """Take the oldest queued work that ``only(work)`` accepts, or None."""
+    with _cond:
+        for key, work in _queue.items():
+            if only(work):
+                del _queue[key]
+                work.claimed = True
+                return work
+    return None
 
 
 def result(future: cf.Future) -> Any:
