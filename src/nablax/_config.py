@@ -239,6 +239,15 @@ _register(
     "ended at once with exit code 1 and a dump of its threads' stacks.",
 )
 _register(
+    "xcs_speculation_window",
+    32,
+    _int_kind(1),
+    "How far xcs.jit may run ahead of plain Python: a call is started only while fewer than this "
+    "many earlier calls are still unfinished (the program waits for the oldest otherwise). It "
+    "bounds the read-only calls started speculatively that a failure makes useless (they are "
+    "cancelled if not yet started); 1 runs the calls one at a time.",
+)
+_register(
     "compile_retrace_warning",
     8,
     _int_kind(0),
