@@ -19,7 +19,7 @@ from nablax import _config
 from nablax.errors import ConfigError, NablaxError, UnknownOptionError
 
 # the options of src/nablax/_config.py (others may be added: NAMES comes from the registry)
-CORE_NAMES = ["max_graph_depth", "executable_cache_size", "async_rest_min_nodes", "backward_plans"]
+CORE_NAMES = ["max_graph_depth", "max_executables", "async_rest_min_nodes", "backward_plans"]
 KERNEL_NAMES = ["cache_dir", "ops_stamp", "ops_record", "autotune"]
 NAMES = list(_config.options())
 ENVS = ["NABLAX_" + n.upper() for n in NAMES]
@@ -79,7 +79,7 @@ def test_the_public_object_and_the_options_it_covers(clean_env):
 def test_environment_is_read_at_import_in_a_fresh_process(tmp_path):
     env = {
         "NABLAX_MAX_GRAPH_DEPTH": "123",
-        "NABLAX_EXECUTABLE_CACHE_SIZE": " 7 ",
+        "NABLAX_MAX_EXECUTABLES": " 7 ",
         "NABLAX_BACKWARD_PLANS": "off",
         "NABLAX_OPS_STAMP": "JSON",
         "NABLAX_OPS_RECORD": "Yes",
@@ -93,7 +93,7 @@ def test_environment_is_read_at_import_in_a_fresh_process(tmp_path):
     want = {  # every other option: its default
         **{n: opt.default for n, opt in _config.options().items()},
         "max_graph_depth": 123,
-        "executable_cache_size": 7,
+        "max_executables": 7,
         "async_rest_min_nodes": 16,
         "backward_plans": False,
         "cache_dir": str(tmp_path),
@@ -108,13 +108,11 @@ def test_environment_is_read_at_import_in_a_fresh_process(tmp_path):
 
 
 def test_a_bad_variable_fails_the_import_naming_it_and_the_accepted_values():
-    r = _child(
-        {"NABLAX_EXECUTABLE_CACHE_SIZE": "lots", "NABLAX_AUTOTUNE": "maybe"}, "import nablax"
-    )
+    r = _child({"NABLAX_MAX_EXECUTABLES": "lots", "NABLAX_AUTOTUNE": "maybe"}, "import nablax")
     assert r.returncode != 0
     err = r.stderr.strip().splitlines()[-1]
     assert err.startswith("nablax.errors.ConfigError: import nablax: bad environment variables")
-    assert "NABLAX_EXECUTABLE_CACHE_SIZE='lots' (option 'executable_cache_size')" in err
+    assert "NABLAX_MAX_EXECUTABLES='lots' (option 'max_executables')" in err
     assert "an integer >= 0" in err
     assert "NABLAX_AUTOTUNE='maybe' (option 'autotune')" in err
     assert "1/0, true/false, yes/no, on/off" in err
@@ -162,7 +160,7 @@ def test_reload_with_a_bad_variable_changes_nothing(clean_env):
 
 
 def test_reload_reaches_the_core(clean_env):
-    clean_env.setenv("NABLAX_EXECUTABLE_CACHE_SIZE", "2")
+    clean_env.setenv("NABLAX_MAX_EXECUTABLES", "2")
     nx.config.reload()
     nx.clear_caches()
     for n in range(1, 5):
@@ -294,7 +292,7 @@ def test_unknown_attribute_behaves_like_a_missing_attribute():
         ("max_graph_depth", "big", "an integer >= 1"),
         ("max_graph_depth", 0, "an integer >= 1"),
         ("max_graph_depth", 2.5, "an integer >= 1"),
-        ("executable_cache_size", True, "an integer >= 0"),
+        ("max_executables", True, "an integer >= 0"),
         ("async_rest_min_nodes", -1, "an integer >= 0"),
         ("backward_plans", 1, "True or False"),
         ("autotune", "yes", "True or False"),

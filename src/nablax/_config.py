@@ -158,11 +158,22 @@ _register(
     "memory (XLA compiles each cut's program).",
 )
 _register(
-    "executable_cache_size",
-    4096,
+    "max_executables",
+    256,
     _int_kind(0),
-    "Maximum number of compiled graph structures kept in the realization cache (LRU); "
-    "0 keeps none.",
+    "Maximum number of compiled programs (graph structures) kept in the realization cache (LRU); "
+    "0 keeps none. An evicted program's memory (its code and the memory mappings XLA made for "
+    "it) is released. The cache also evicts on its own when the process nears the kernel's limit "
+    "of memory mappings (vm.max_map_count), so a process that compiles many programs never dies "
+    "of it.",
+)
+_register(
+    "recompile_warning",
+    8,
+    _int_kind(0),
+    "nablax warns once per source line (RuntimeWarning) when reads at that line have compiled "
+    "more than this many different programs (graph structures), naming the line and what changed "
+    "between the last two (shapes, dtypes, static parameters of an op); 0 turns it off.",
 )
 _register(
     "async_rest_min_nodes",
@@ -254,6 +265,16 @@ _register(
     "nx.compile warns once (RuntimeWarning) when a compiled function has traced again more than "
     "this many times for the same argument shapes because values in its cache key changed "
     "(static_argnums/static_argnames, non-numeric leaves such as strings); 0 turns it off.",
+)
+_register(
+    "matmul_precision",
+    "float32",
+    _choice_kind("float32", "tensorfloat32", "bfloat16"),
+    "Precision of float32 (and complex64) matmuls, einsums, dots and convolutions: 'float32' "
+    "computes them in full float32 on every platform (PyTorch's default); 'tensorfloat32' and "
+    "'bfloat16' allow the faster TensorFloat-32 / bfloat16 passes of GPUs and TPUs (JAX's own "
+    "default is 'bfloat16'). Read when an operation is recorded and part of its program's cache "
+    "key; bfloat16 and float16 inputs are unaffected.",
 )
 
 
@@ -476,16 +497,16 @@ class Config:
         option, its variable and the accepted values.
 
         >>> import nablax as nx
-        >>> nx.config.update("executable_cache_size", 512)
-        >>> nx.config.executable_cache_size
+        >>> nx.config.update("max_executables", 512)
+        >>> nx.config.max_executables
         512
-        >>> nx.config.update("executable_cache_size", "big")
+        >>> nx.config.update("max_executables", "big")
         Traceback (most recent call last):
         ...
-        nablax.errors.ConfigError: nx.config.update: option 'executable_cache_size' (variable NABLAX_EXECUTABLE_CACHE_SIZE) must be an integer >= 0; got str 'big'. ...
+        nablax.errors.ConfigError: nx.config.update: option 'max_executables' (variable NABLAX_MAX_EXECUTABLES) must be an integer >= 0; got str 'big'. ...
         >>> nx.config.reload()  # back to the NABLAX_* variables and defaults
-        >>> nx.config.executable_cache_size
-        4096
+        >>> nx.config.max_executables
+        256
         """
         update(name, value)
 

@@ -223,7 +223,7 @@ def test_realized_value_shares_buffer_with_jax():
 
 
 def test_lru_eviction():
-    with _config.override(executable_cache_size=2):
+    with _config.override(max_executables=2):
         for n in range(1, 5):
             (nx.ones(n) + 1).numpy()
         info = nx.cache_info()

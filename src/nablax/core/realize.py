@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import _caches, _config
 from ..errors import ConcretizationError
-from . import cpu_threads
+from . import cpu_threads, host_limits, recompiles
 from .context import CTX, reset_prune_threshold
 from .graph import SCALAR_TYPES, Literal, Var, encode, gc_paused, new_literal, new_var, run_steps
 
@@ -86,7 +86,7 @@ def clear_cache() -> None:
 
 def _stats() -> _caches.CacheStats:
     """The realization cache in ``nx.cache_info()``'s terms (a miss is an XLA compilation)."""
-    limit = _config.get("executable_cache_size")
+    limit = _config.get("max_executables")
     return _caches.CacheStats(
         "realize.executables", _S.hits, _S.compiles, len(_S.cache), limit, _S.evictions
     )
@@ -180,6 +180,7 @@ def _run(seen: dict, boundary, only=None) -> None:
     node_pos, key, leaves, consts, out_impls = _structure(seen, boundary, only)
     entry = _S.cache.get(key)
     if entry is None:
+        recompiles.note(key)
         entry = _S.cache[key] = _Entry()
         entry.baked_fn = _compile(key, consts)
         entry.baked_bytes = [c.tobytes() for c in consts]
@@ -413,10 +414,20 @@ def _compile(key, baked_consts):
 
 
 def _evict() -> None:
-    limit = _config.get("executable_cache_size")
+    """Keep at most ``max_executables`` programs, and fewer when the process nears its limit of
+    memory mappings: each XLA executable holds tens to hundreds of mappings (its code), released
+    when the jitted function is dropped, and a process past ``vm.max_map_count`` dies in LLVM
+    ("Cannot allocate memory", then a segfault) after a few hundred programs."""
+    limit = _config.get("max_executables")
     while len(_S.cache) > limit:
         _S.cache.popitem(last=False)
         _S.evictions += 1
+    for _ in range(8):  # each round drops a quarter of the cache, oldest first
+        if len(_S.cache) <= 4 or not host_limits.maps_pressure():
+            break
+        for _ in range(len(_S.cache) // 4):
+            _S.cache.popitem(last=False)
+            _S.evictions += 1
 
 
 def _store(out_impls, results) -> None:

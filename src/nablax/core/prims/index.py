@@ -11,6 +11,15 @@ gradient) and out-of-range updates are dropped; concrete NumPy/list indices are 
 NumPy. :func:`gather_filled` is the filling read of ``take`` / ``take_along_axis``
 (core/ops/index.py), which follow ``jnp.take``'s ``mode=`` instead.
 
+Python integers are runtime values, not program identity (DESIGN.md convention 16): an integer
+index ``x[i]`` and the start of a slice ``x[i:i + 4]`` on an axis of known size are bounds-checked
+and normalized when the op is built, then travel as 0-d int32 ``Literal`` inputs of the node
+(``("I",)`` and ``("S", length, step)`` in the structure), so a loop over positions builds one graph
+structure (at most two programs, as for Python scalars: core/realize.py). A slice's *length* stays
+in the structure: it is a shape. The lowering cuts a ``lax.dynamic_slice`` window at those
+positions and indexes the window statically; updates write the window back with
+``lax.dynamic_update_slice``.
+
 Boolean masks depend on data: the mask is realized and turned into integer indices (eager code
 only).
 """
@@ -25,6 +34,7 @@ from ... import _caches
 from ...errors import ShapeError, op_error
 from .. import dtypes
 from ..build import TensorImpl, bind, impl_from_array
+from ..graph import scalar_literal
 from ..host import exact_scalar
 from ..primitive import primitive
 from ..tensor import Tensor, to_impl
@@ -37,6 +47,7 @@ from .elementwise import equal, logical_and, where
 from .shape import pad, reshape
 
 _T = ("t",)  # placeholder for an index tensor in the structure
+_INT32 = np.dtype(np.int32)
 
 
 def _dummy(shape) -> np.ndarray:
@@ -44,11 +55,19 @@ def _dummy(shape) -> np.ndarray:
 
 
 def _rebuild(structure, idx_values):
+    """The index tuple of ``structure`` with ``idx_values`` for its input-carrying items (index
+    tensors, dynamic ints and dynamic slice starts, in order). Dynamic ints and starts are used as
+    they are (0-d integer arrays: same result shape as ints, see :func:`_gather_shape_uncached`);
+    the lowering first turns them static with :func:`_windows`."""
     it = iter(idx_values)
     out = []
     for item in structure:
-        if item is _T or item == _T:
+        if item is _T or item == _T or item[0] == "I":
             out.append(next(it))
+        elif item[0] == "S":  # a dynamic start: for shape rules, any start of the same length
+            next(it)
+            _, length, step = item
+            out.append(slice(0, (length - 1) * abs(step) + 1, abs(step)))
         elif item[0] == "i":
             out.append(item[1])
         elif item[0] == "s":
@@ -99,11 +118,62 @@ def _gather_aval(params, x, *idx):
     return ((_gather_shape(x[0], params[0], idx), x[1]),)
 
 
+def _axes_of(structure, ndim: int) -> list:
+    """The axis of the operand each item of ``structure`` consumes (``None`` for ``None``,
+    ``...`` and bool items, which consume none)."""
+    used = sum(1 for s in structure if s == _T or s[0] in "isIS")
+    axes: list = []
+    a = 0
+    for s in structure:
+        if s == _T or s[0] in "isIS":
+            axes.append(a)
+            a += 1
+        elif s[0] == "e":
+            axes.append(None)
+            a += ndim - used
+        else:
+            axes.append(None)
+    return axes
+
+
+def _windows(structure, x, idx):
+    """``(starts, sizes, static structure, static idx)`` when ``structure`` has dynamic ints or
+    starts, else ``None``: the operand window ``lax.dynamic_slice(x, starts, sizes)`` holds every
+    element the index reaches, and the static structure indexes that window."""
+    if not any(s != _T and s[0] in "IS" for s in structure):
+        return None
+    zero = np.int32(0)
+    starts = [zero] * x.ndim
+    sizes = list(x.shape)
+    new_s, new_idx = [], []
+    it = iter(idx)
+    for s, ax in zip(structure, _axes_of(structure, x.ndim)):
+        if s == _T:
+            new_s.append(s)
+            new_idx.append(next(it))
+        elif s[0] == "I":
+            starts[ax], sizes[ax] = next(it), 1
+            new_s.append(("i", 0))
+        elif s[0] == "S":
+            _, length, step = s
+            starts[ax], sizes[ax] = next(it), (length - 1) * abs(step) + 1
+            new_s.append(("s", None, None, None if step == 1 else step))
+        else:
+            new_s.append(s)
+    starts = [jnp.asarray(v, jnp.int32) for v in starts]
+    return starts, sizes, tuple(new_s), new_idx
+
+
 def _gather_lower(params, x, *idx):
+    structure = params[0]
+    win = _windows(structure, x, idx)
+    if win is not None:
+        starts, sizes, structure, idx = win
+        x = jax.lax.dynamic_slice(x, starts, sizes)
     if len(params) == 1:  # ``x[idx]``: out-of-range reads clamp (JAX indexing)
-        return x[_rebuild(params[0], idx)]
+        return x[_rebuild(structure, idx)]
     # ``(structure, fill)``: out-of-range reads give the fill value (see :func:`fill_code`)
-    return x.at[_rebuild(params[0], idx)].get(mode="fill", fill_value=fill_value(params[1]))
+    return x.at[_rebuild(structure, idx)].get(mode="fill", fill_value=fill_value(params[1]))
 
 
 def fill_code(v):
@@ -136,13 +206,19 @@ def fill_value(code):
 # batch through jax.vmap of their lowering (batched_by_vmap).
 
 
+def _idx_ref(i):
+    """An index operand for a rule's gather/scatter: a Tensor's impl, or a dynamic int or start
+    (rules see those as the Python int itself, see :func:`_dynamic`) as its ``Literal`` again."""
+    return i._impl if isinstance(i, Tensor) else scalar_literal(i, _INT32)
+
+
 def _gather(x: Tensor, structure, idx, params=None) -> Tensor:
     params = (structure,) if params is None else params
-    return Tensor._wrap(bind(gather_p, [x._impl, *(i._impl for i in idx)], params)[0])
+    return Tensor._wrap(bind(gather_p, [x._impl, *(_idx_ref(i) for i in idx)], params)[0])
 
 
 def _scatter(x: Tensor, v: Tensor, structure, idx, mode: str) -> Tensor:
-    impls = [x._impl, v._impl, *(i._impl for i in idx)]
+    impls = [x._impl, v._impl, *(_idx_ref(i) for i in idx)]
     return Tensor._wrap(bind(scatter_p, impls, (structure, mode))[0])
 
 
@@ -172,9 +248,9 @@ def _gather_shard(params, in_layouts, in_avals, out_avals):
     a partly sliced one is replicated, an integer index removes it. Array indices: replicated."""
     structure = params[0]
     lay, (in_shape, _) = in_layouts[0], in_avals[0]
-    if any(s == _T or s[0] not in "isne" for s in structure):
+    if any(s == _T or s[0] not in "isneIS" for s in structure):
         return _shard.replicated(params, in_layouts, in_avals, out_avals)
-    n_ell = len(in_shape) - sum(1 for s in structure if s[0] in "is")
+    n_ell = len(in_shape) - sum(1 for s in structure if s[0] in "isIS")
     out, d = [], 0
     for s in structure:
         if s[0] == "n":
@@ -182,10 +258,10 @@ def _gather_shard(params, in_layouts, in_avals, out_avals):
         elif s[0] == "e":
             out.extend(lay[d : d + n_ell])
             d += n_ell
-        elif s[0] == "i":
+        elif s[0] in "iI":
             d += 1
         else:
-            out.append(lay[d] if s[1:] == (None, None, None) else ())
+            out.append(lay[d] if s[0] == "s" and s[1:] == (None, None, None) else ())
             d += 1
     out.extend(lay[d:])
     return (tuple(out),)
@@ -212,9 +288,14 @@ def _scatter_aval(params, x, v, *idx):
 
 def _scatter_lower(params, x, v, *idx):
     structure, mode = params
-    ref = x.at[_rebuild(structure, idx)]
     v = v.astype(x.dtype)
-    return ref.set(v) if mode == "set" else ref.add(v)
+    win = _windows(structure, x, idx)
+    if win is None:
+        ref = x.at[_rebuild(structure, idx)]
+        return ref.set(v) if mode == "set" else ref.add(v)
+    starts, sizes, structure, idx = win
+    ref = jax.lax.dynamic_slice(x, starts, sizes).at[_rebuild(structure, idx)]
+    return jax.lax.dynamic_update_slice(x, ref.set(v) if mode == "set" else ref.add(v), starts)
 
 
 def _scatter_jvp(params, tangents, primals, outs):
@@ -242,7 +323,7 @@ def _scatter_vjp(params, cts, primals, outs):
     else:  # positions that were overwritten do not depend on x
         res[0] = _scatter(ct, _zeros((), ct.dtype), structure, idx, "set")
     if is_float_tensor(v):
-        if not idx:  # basic indexing: positions are distinct and in range
+        if not any(s == _T for s in structure):  # basic: positions distinct and in range
             g = _gather(ct, structure, idx)
         elif mode == "add":
             g = _gather_or_zero(ct, structure, idx)
@@ -252,28 +333,18 @@ def _scatter_vjp(params, cts, primals, outs):
     return res
 
 
-def _tensor_axes(structure, ndim: int) -> list[int]:
-    """The axis of ``x`` that each index tensor of ``structure`` indexes."""
-    used = sum(1 for s in structure if s == _T or s[0] in ("i", "s"))
-    axes, a = [], 0
-    for s in structure:
-        if s == _T:
-            axes.append(a)
-            a += 1
-        elif s[0] in ("i", "s"):
-            a += 1
-        elif s[0] == "e":
-            a += ndim - used
-    return axes
-
-
 def _gather_or_zero(ct: Tensor, structure, idx) -> Tensor:
     """``ct[index]`` with zeros where an index is out of range (the updates a scatter dropped):
-    each indexed axis gets one zero slot at its end, and out-of-range indices point there."""
-    axes = _tensor_axes(structure, ct.ndim)
+    each axis indexed by a tensor gets one zero slot at its end, and out-of-range indices point
+    there (dynamic ints and starts were checked when the op was built: they pass unchanged)."""
+    axes = [a for s, a in zip(structure, _axes_of(structure, ct.ndim)) if s == _T or s[0] in "IS"]
+    kinds = [s for s in structure if s == _T or s[0] in "IS"]
     widths = [(0, 0)] * ct.ndim
     new_idx = []
-    for t, a in zip(idx, axes):
+    for t, a, s in zip(idx, axes, kinds):
+        if s != _T:
+            new_idx.append(t)
+            continue
         n = ct.shape[a]
         widths[a] = (0, 1)
         if t.dtype.kind == "u":
@@ -383,7 +454,53 @@ def _parse(x: TensorImpl, idx):
                     f"nx.getitem: only integers, slices, None, ..., and integer or boolean "
                     f"arrays are valid indices, got {type(item).__name__} {item!r}"[:200]
                 )
+    structure, tensors = _dynamic(x.shape, structure, tensors)
     return tuple(structure), tensors, (tuple(raw) if check else None)
+
+
+def _dynamic(shape, structure: list, tensors: list):
+    """Turn the Python ints of ``structure`` into runtime values: an integer index becomes
+    ``("I",)`` and a slice with both bounds given whose length is neither 0 nor the whole axis
+    becomes ``("S", length, step)``, each with a 0-d int32 input (its normalized position, or the
+    lowest index of the slice) in structure order among the index tensors. Bounds are checked
+    here, as NumPy would. Axes of symbolic size (``dynamic_dims``) keep their static items."""
+    if not any(s != _T and s[0] in "is" for s in structure):
+        return structure, tensors
+    if not all(type(d) is int for d in shape):
+        return structure, tensors
+    new_s: list = []
+    new_t: list = []
+    it = iter(tensors)
+    for s, ax in zip(structure, _axes_of(structure, len(shape))):
+        if s == _T:
+            new_s.append(s)
+            new_t.append(next(it))
+            continue
+        kind = s[0]
+        if kind == "i" and ax is not None and ax < len(shape):
+            n, v = shape[ax], s[1]
+            if not -n <= v < n:
+                raise op_error(
+                    IndexError,
+                    "getitem",
+                    f"index {v} is out of bounds for axis {ax} with size {n} (tensor shape {shape})",
+                )
+            new_s.append(("I",))
+            new_t.append(scalar_literal(v + n if v < 0 else v, _INT32))
+            continue
+        if kind == "s" and ax is not None and ax < len(shape) and None not in s[1:3]:
+            step = 1 if s[3] is None else s[3]
+            if step != 0:
+                n = shape[ax]
+                start, stop, step = slice(s[1], s[2], step).indices(n)
+                length = len(range(start, stop, step))
+                if 0 < length and not (step == 1 and length == n):
+                    lo = start if step > 0 else start + (length - 1) * step
+                    new_s.append(("S", length, step))
+                    new_t.append(scalar_literal(lo, _INT32))
+                    continue
+        new_s.append(s)
+    return new_s, new_t
 
 
 def _device(arr):
