@@ -25,6 +25,7 @@ Graph nodes and tensors themselves are shared: a tensor built in one thread can 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 _PRUNE_MIN = 4096
 
@@ -41,7 +42,7 @@ class Context(threading.local):
         self.pending: list = []
         self.prune_at = _PRUNE_MIN
         self.epoch = 0
-        self.autocast = None
+        self.autocast: Any = None  # a numpy dtype inside nx.autocast
 
 
 CTX = Context()

@@ -18,7 +18,7 @@ import numpy as np
 from ... import _caches
 from ...errors import DTypeError, ShapeError, op_error
 from .. import dtypes
-from ..build import bind
+from ..build import TensorImpl, bind
 from ..graph import Literal
 from ..primitive import primitive
 from ..tensor import Tensor, to_impl
@@ -110,6 +110,7 @@ def fold_in(key, data) -> Tensor:
     True
     """
     k = _as_key(key, "fold_in")
+    di: TensorImpl | Literal
     if isinstance(data, (bool, int, np.integer)):
         d = operator.index(data)
         if not 0 <= d < 2**32:
