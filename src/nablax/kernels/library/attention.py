@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -34,7 +33,7 @@ from jax import lax
 from ...errors import DTypeError, ShapeError, describe
 from ..kernel import Kernel
 from . import attention_ext as ext_mod
-from .attention_ext import Extras
+from .attention_ext import Extras, resolve_scale
 from .matmul import acc_dtype, next_pow2
 
 if TYPE_CHECKING:
@@ -128,23 +127,6 @@ def _check_args(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int, int]:
             f"Fix: cast them, e.g. k.astype(q.dtype)"
         )
     return b, sq, skv, h, d, v.shape[3]
-
-
-def resolve_scale(scale: Any, head_dim: int) -> float:
-    """``scale`` as a Python float; ``None`` means ``1/sqrt(head_dim)``.
-
-    >>> resolve_scale(None, 16), resolve_scale(2, 16)
-    (0.25, 2.0)
-    """
-    if scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    try:
-        return float(scale)
-    except (TypeError, jax.errors.ConcretizationTypeError):
-        raise TypeError(
-            f"{API}: scale must be a Python number (it is a static option), got "
-            f"{describe(scale)}. Fix: pass float(scale), or multiply q by a traced scale instead"
-        ) from None
 
 
 # -- blocked layouts ------------------------------------------------------------------------------
@@ -515,8 +497,9 @@ class Attention(Kernel[AttentionCfg, jax.Array]):
         sq, skv = ext_mod.seq_lens((q, k), ext)
         cfg = cfg or self._heuristic(sq, skv, bool(causal))
         return ext_mod.general_forward(
-            q, k, v, core_fn=core_fn, cfg=cfg, causal=bool(causal), scale=scale, **ext
-        )
+            q, k, v, core_fn=core_fn, blocked_fn=blocked_forward, cfg=cfg, causal=bool(causal),
+            scale=scale, **ext,
+        )  # fmt: skip
 
     def run(self, q, k, v, *, cfg: AttentionCfg | None = None, causal=False, scale=None, **kw):
         """Blockwise pure-JAX forward (see :func:`blocked_forward`); jit-traceable."""
@@ -560,8 +543,9 @@ class Attention(Kernel[AttentionCfg, jax.Array]):
             sq, skv = ext_mod.seq_lens((q, k), ext)
             cfg = cfg or self._heuristic(sq, skv, bool(causal))
             return ext_mod.general_vjp(
-                res, y, dy, q, k, v, cfg=cfg, causal=bool(causal), scale=scale, **ext
-            )
+                res, y, dy, q, k, v, fns=(blocked_forward, blocked_backward), cfg=cfg,
+                causal=bool(causal), scale=scale, **ext,
+            )  # fmt: skip
         opts = self._opts(q, k, v, cfg, causal, scale)
         out, lse = res if res is not None else blocked_forward(q, k, v, **opts)
         return blocked_backward(q, k, v, out, lse, dy, **opts)

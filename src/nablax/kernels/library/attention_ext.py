@@ -221,6 +221,23 @@ def out_to_core(p: Plan, y):
     return y.reshape(b, h, sq, p.dv).transpose(0, 2, 1, 3)
 
 
+def resolve_scale(scale: Any, head_dim: int) -> float:
+    """``scale`` as a Python float; ``None`` means ``1/sqrt(head_dim)``.
+
+    >>> resolve_scale(None, 16), resolve_scale(2, 16)
+    (0.25, 2.0)
+    """
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    try:
+        return float(scale)
+    except (TypeError, jax.errors.ConcretizationTypeError):
+        raise TypeError(
+            f"{API}: scale must be a Python number (it is a static option), got "
+            f"{describe(scale)}. Fix: pass float(scale), or multiply q by a traced scale instead"
+        ) from None
+
+
 # -- dropout ---------------------------------------------------------------------------------------
 def _mix(x):
     """A 32-bit integer finalizer (lowbias32): every input bit affects every output bit."""
@@ -370,8 +387,6 @@ class Extras:
 def core_call(q, k, v, *, causal, scale, cfg, mask=None, bias=None, dropout_key=None,
               dropout_rate=0.0, layout="bshd"):  # fmt: skip
     """``(plan, (q4, k4, v4), extras or None, scale, sq, skv)`` of a call with extra options."""
-    from .attention import resolve_scale
-
     p = plan(
         tuple(q.shape), tuple(k.shape), tuple(v.shape),
         None if mask is None else tuple(mask.shape), None if bias is None else tuple(bias.shape),
@@ -384,24 +399,23 @@ def core_call(q, k, v, *, causal, scale, cfg, mask=None, bias=None, dropout_key=
     return p, (q4, k4, v4), extras, resolve_scale(scale, p.core_q[3])
 
 
-def general_forward(q, k, v, *, core_fn, cfg, causal, scale, **ext):
-    """``(out, lse)``: the options applied around ``core_fn`` (blocked JAX or Pallas; the blocked
-    one whenever there is a mask, a bias or dropout)."""
-    from .attention import blocked_forward
-
+def general_forward(q, k, v, *, core_fn, blocked_fn, cfg, causal, scale, **ext):
+    """``(out, lse)``: the options applied around ``core_fn`` (blocked JAX or Pallas), or
+    ``blocked_fn`` (``attention.blocked_forward``) whenever there is a mask, a bias or dropout.
+    (The kernel module passes its functions in: this lower module never imports it.)"""
     p, (q4, k4, v4), extras, s = core_call(q, k, v, causal=causal, scale=scale, cfg=cfg, **ext)
     if extras is not None:
-        out4, lse = blocked_forward(q4, k4, v4, scale=s, causal=causal, cfg=cfg, extras=extras)
+        out4, lse = blocked_fn(q4, k4, v4, scale=s, causal=causal, cfg=cfg, extras=extras)
     else:
         out4, lse = core_fn(q4, k4, v4, scale=s, causal=causal, cfg=cfg)
     return from_core(p, out4), lse
 
 
-def general_vjp(lse, y, dy, q, k, v, *, cfg, causal, scale, **ext) -> tuple:
+def general_vjp(lse, y, dy, q, k, v, *, fns, cfg, causal, scale, **ext) -> tuple:
     """``(dq, dk, dv)`` (plus ``{"bias": dbias}`` with a bias): the blockwise backward in the core
-    layout, pulled back through the layout conversion by ``jax.vjp``."""
-    from .attention import blocked_backward, blocked_forward
-
+    layout, pulled back through the layout conversion by ``jax.vjp``. ``fns``: the kernel
+    module's ``(blocked_forward, blocked_backward)``."""
+    blocked_forward, blocked_backward = fns
     p, _, extras, s = core_call(q, k, v, causal=causal, scale=scale, cfg=cfg, **ext)
     bias = ext.get("bias")
     if bias is None:
@@ -412,7 +426,10 @@ def general_vjp(lse, y, dy, q, k, v, *, cfg, causal, scale, **ext) -> tuple:
         )
     out4, dy4 = out_to_core(p, y), out_to_core(p, dy)
     if lse is None:
-        fwd = functools.partial(general_forward, core_fn=blocked_forward, cfg=cfg, causal=causal)
+        fwd = functools.partial(
+            general_forward, core_fn=blocked_forward, blocked_fn=blocked_forward, cfg=cfg,
+            causal=causal,
+        )  # fmt: skip
         lse = fwd(q, k, v, scale=scale, **ext)[1]
     g = blocked_backward(q4, k4, v4, out4, lse, dy4, scale=s, causal=causal, cfg=cfg, extras=extras)
     if bias is None:
