@@ -191,6 +191,14 @@ def test_results_reach_later_calls_as_they_were_when_passed():
     run_both(p_result_changed_before_use)
 
 
+def p_add_then_append():
+    a = produce(2)
+    b = produce(1, delay=0.02)
+    c = a + b  # two pending lists: added later, lazily
+    a.append("late")  # the program's own list afterwards
+    return c
+
+
 def p_join_then_append():
     parts = [create(["q"])]
     text = " / ".join(parts)
@@ -200,6 +208,7 @@ def p_join_then_append():
 
 def test_lazy_join_uses_the_parts_as_they_were():
     run_both(p_join_then_append)
+    run_both(p_add_then_append)
 
 
 def add_reply(history):

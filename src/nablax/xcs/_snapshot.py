@@ -91,7 +91,9 @@ def _copy(x: Any, memo: dict, path: str, depth: int) -> Any:
         return found[1]
     if depth > MAX_DEPTH:
         raise Uncopyable(x, path)
-    if isinstance(x, _IMMUTABLE) or _is_immutable_array(x) or _is_handle(x):
+    if t in _CONTAINERS:
+        return _copy_container(x, memo, path, depth)
+    if isinstance(x, _IMMUTABLE) or _shared_type(t):
         return x
     if t is tuple or t is frozenset or (isinstance(x, tuple) and hasattr(x, "_fields")):
         vals = [_copy(v, memo, f"{path}[{i}]", depth + 1) for i, v in enumerate(x)]
@@ -161,21 +163,24 @@ def _numpy_copy(x: Any) -> Any:
     return None
 
 
-def _is_immutable_array(x: Any) -> bool:
+_shared_types = _caches.Cache("xcs.shared_types", 1024)
+
+
+def _shared_type(cls: type) -> bool:
+    """Instances are shared, not copied: immutable arrays (JAX, nablax) and handles whose state
+    lives outside the program (files, sockets, locks, clients of I/O and LLM libraries)."""
+    return _shared_types.get_or_make(cls, lambda: _is_shared(cls))
+
+
+def _is_shared(cls: type) -> bool:
     jax = _module("jax")
-    if jax is not None and isinstance(x, jax.Array):
+    if jax is not None and issubclass(cls, jax.Array):
         return True
     from ..core.tensor import Tensor
-
-    return isinstance(x, Tensor)
-
-
-def _is_handle(x: Any) -> bool:
-    if isinstance(x, _HANDLES):
-        return True
     from . import _objects
 
-    cls = type(x)
+    if issubclass(cls, (Tensor, *_HANDLES)):
+        return True
     rule = _objects.rule_for(cls, _objects.describe(cls))
     return rule is not None and rule.kind == "orchestration"
 

@@ -285,7 +285,16 @@ class Deferred(_Memo):
 
 
 def _eval_tree(x: Any) -> Any:
-    """``resolve`` without marking failures as seen."""
+    """``resolve`` without marking failures as seen; a call's result as the call returned it (the
+    program may have changed the object since: ``c = a + b; a.append(x)``)."""
+    if isinstance(x, Pending):
+        value = x._eval()
+        kept = getattr(x.node, "_pristine", None)
+        if kept is None:
+            return value
+        from ._snapshot import snapshot  # (it imports this module)
+
+        return snapshot(kept[0], "result")
     if isinstance(x, Lazy):
         return x._eval()
     if type(x) in (list, tuple):
