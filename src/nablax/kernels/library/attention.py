@@ -220,7 +220,7 @@ def blocked_forward(q, k, v, *, scale: float, causal: bool, cfg: AttentionCfg, e
     bq, bkv = min(cfg.block_q, sq), min(cfg.block_kv, skv)
     ct = acc_dtype(q.dtype)
     qb, kb, vb = (to_blocks(x.astype(ct), n) for x, n in ((q, bq), (k, bkv), (v, bkv)))
-    ext = None if extras is None else Extras.build(*extras, sq, skv, bq, bkv, ct)
+    ext = None if extras is None else Extras.build(extras, sq, skv, bq, bkv, ct)
     fwd = functools.partial(
         _fwd_q_block, scale=scale, causal=causal, bq=bq, bkv=bkv, skv=skv, ext=ext
     )
@@ -286,7 +286,7 @@ def blocked_backward(
     # D = rowsum(dO * O); padded query rows get D = 0 and lse = +inf, so they contribute nothing.
     delta = to_blocks(jnp.sum(dout.astype(ct) * out.astype(ct), -1, keepdims=True), bq)[..., 0]
     lse_b = to_blocks(lse.transpose(0, 2, 1)[..., None].astype(ct), bq, fill=jnp.inf)[..., 0]
-    ext = None if extras is None else Extras.build(*extras, sq, skv, bq, bkv, ct)
+    ext = None if extras is None else Extras.build(extras, sq, skv, bq, bkv, ct)
     body = functools.partial(
         _bwd_q_block, kb=kb, vb=vb, scale=scale, causal=causal, bq=bq, bkv=bkv, skv=skv, ext=ext
     )

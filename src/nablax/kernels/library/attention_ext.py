@@ -292,11 +292,10 @@ def dropout_keep(key, rate: float, shape4: tuple, dtype=jnp.float32) -> jax.Arra
     >>> sorted({float(x) for x in z.ravel().tolist()}), 0.2 < float((z == 0).mean()) < 0.3
     ([0.0, 1.3333333730697632], True)
     """
-    b, h, sq, skv = shape4
-    idx = [
+    bi, hi, qi, ki = (
         jnp.arange(n).reshape([n if a == i else 1 for a in range(4)]) for i, n in enumerate(shape4)
-    ]
-    return keep_scale(seed_words(key), rate, *idx, dtype)
+    )
+    return keep_scale(seed_words(key), rate, bi, hi, qi, ki, dtype)
 
 
 # -- tiles -----------------------------------------------------------------------------------------
@@ -328,9 +327,9 @@ class Extras:
     bkv: int
 
     @classmethod
-    def build(
-        cls, mask, bias, key, rate, sq: int, skv: int, bq: int, bkv: int, ct
-    ) -> Extras | None:
+    def build(cls, extras: tuple, sq: int, skv: int, bq: int, bkv: int, ct) -> Extras | None:
+        """From ``(mask4, bias4, dropout_key, dropout_rate)`` for tiles of ``bq x bkv``."""
+        mask, bias, key, rate = extras
         if mask is None and bias is None and key is None:
             return None
         sqp, skvp = -(-sq // bq) * bq, -(-skv // bkv) * bkv
