@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import ConcretizationError
 from . import dtypes
 from .build import TensorImpl, impl_from_array, value_impl
+from .context import CTX
 from .realize import realize_impls
 
 if TYPE_CHECKING:  # the modules the methods delegate to (they import this one)
@@ -220,6 +221,15 @@ class Tensor:
     def __iter__(self):
         if not self.shape:
             raise TypeError("iteration over a 0-d tensor")
+        impl = self._impl
+        src = impl.src
+        if impl.batch_shape or CTX.tracing_depth or (src is not None and src[0].trace):
+            # inside nx.compile, nx.vmap or a differentiation trace: index lazily (``k1, k2 =
+            # nx.random.split(k)``, ``zip(layers, keys)``), no graph break and no lost gradient
+            return (self[i] for i in range(self.shape[0]))
+        return self._iter_realized()
+
+    def _iter_realized(self):
         v = self._realized_value()
         for i in range(self.shape[0]):
             yield Tensor._wrap(impl_from_array(v[i]))

@@ -67,12 +67,20 @@ from typing import Any
 import jax
 import numpy as np
 
+from ... import _config
 from ... import tree as _tree
 from ...errors import GraphBreakError
-from .. import cpu_threads
+from .. import cpu_threads, dtypes
 from ..context import CTX
+from ..host import host_array
 from ..realize import realize_impls
 from ..tensor import Tensor
+from .compile_checks import (
+    callable_name,
+    check_static_argnums,
+    check_static_positions,
+    eager_fallback_message,
+)
 from .compile_entry import PY_NUMBERS, Entry, fast_signature
 from .compile_info import LIVE, CacheInfo
 from .scalars import (
@@ -111,11 +119,14 @@ class Compiled:
 
     def __init__(self, f, static_argnums, static_argnames, dynamic_dims, fullgraph, max_size):
         functools.update_wrapper(self, f)
+        if "__qualname__" not in self.__dict__:  # a functools.partial, an object with __call__
+            self.__qualname__ = callable_name(f)
         self._f = f
         try:
             self._sig = inspect.signature(f)
         except (TypeError, ValueError):
             self._sig = None
+        check_static_argnums(self.__qualname__, self._sig, tuple(static_argnums))
         self._static_nums, self._static_names = static_both_ways(
             self._sig, tuple(static_argnums), tuple(static_argnames)
         )
@@ -159,13 +170,16 @@ class Compiled:
         # nx.autocast changes the ops a trace records: it is part of the key (and calls under
         # it skip the fast path, whose key is the arguments alone)
         autocast = CTX.autocast
+        # so does nx.config matmul_precision (a parameter of every product it records): in the
+        # key, and in the fast path's
+        precision = _config.get("matmul_precision")
         fast = not kwargs and not self._static_nums and not self._dyn and autocast is None
         if (
             fast
         ):  # all arguments realized tensors / Python numbers (also inside lists, tuples, dicts)
             sig = fast_signature(args)
             if sig is not None:
-                entry = self._fast.get(sig[0])
+                entry = self._fast.get((sig[0], precision))
                 if entry is not None:
                     self._hits += 1
                     return entry.wrap(entry.fn(*sig[1], *entry.captured))
@@ -190,6 +204,7 @@ class Compiled:
                 key_leaves.append(("v", type(leaf), _hashable(leaf, f"argument leaf {k}")))
         if autocast is not None:
             key_leaves.append(("nx.autocast", autocast))  # after the leaves: indices unchanged
+        key_leaves.append(("matmul_precision", precision))
         key = (treedef, tuple(key_leaves), statics)
         dyn = env = None
         if self._dyn:
@@ -224,8 +239,8 @@ class Compiled:
         if fast and entry.fast_key is None and not entry.eager:
             sig = fast_signature(args)
             if sig is not None:  # later calls with this signature take the fast path
-                entry.fast_key = sig[0]
-                self._fast[sig[0]] = entry
+                entry.fast_key = (sig[0], precision)
+                self._fast[entry.fast_key] = entry
         if entry.eager:
             return self._f(*args, **kwargs)
         return self._run(entry, leaves, env)
@@ -233,6 +248,8 @@ class Compiled:
     def _split(self, args, kwargs):
         """(dynamic part as a pytree, hashable static part)."""
         nums = self._static_positions(len(args))
+        if len(self._static_nums) != len(nums) and self._sig is None:
+            check_static_positions(self.__qualname__, self._static_nums, len(args), kwargs)
         static_pos = tuple((i, _hashable(args[i], f"static argument {i}")) for i in sorted(nums))
         dyn_pos = tuple(a for i, a in enumerate(args) if i not in nums)
         static_kw = tuple(
@@ -266,7 +283,11 @@ class Compiled:
         if len(pending) > 1:  # lazy arguments: one program computes them all, not one each
             realize_impls(pending)
         arrays = [
-            leaf._realized_value() if isinstance(leaf, Tensor) else leaf
+            leaf._realized_value()
+            if isinstance(leaf, Tensor)
+            else _numpy_arg(leaf)
+            if isinstance(leaf, np.ndarray)
+            else leaf
             for leaf in leaves
             if isinstance(leaf, (Tensor, jax.Array, np.ndarray)) or is_traced_number(leaf)
         ]
@@ -327,8 +348,8 @@ class Compiled:
             if self._fullgraph:
                 raise
             warnings.warn(
-                f"nx.compile({self.__qualname__}): {e} This call signature runs eagerly from "
-                f"now on.",
+                f"nx.compile({self.__qualname__}): {eager_fallback_message(e)} This call "
+                f"signature runs eagerly from now on (fullgraph=True makes this an error).",
                 stacklevel=3,
             )
             entry = Entry()
@@ -449,7 +470,21 @@ class Compiled:
                 self._evictions += 1
 
 
+def _numpy_arg(a: np.ndarray):
+    """A NumPy argument as ``nx.tensor`` converts it (core/host.py): big-endian data to native byte
+    order (jax.jit raises a TypeError), an int64 beyond int32 an ``OverflowError`` naming
+    ``nx.compile`` (jax.jit wraps it). Arrays already in a canonical native dtype pass as they
+    are."""
+    dt = a.dtype
+    if dt.isnative and dtypes.canonicalize(dt) == dt:
+        return a
+    return host_array(a, None, "compile")
+
+
 def _hashable(v, what: str):
+    """``v``'s part of the cache key: its type and value (``1``, ``1.0`` and ``True`` are equal
+    and hash alike, but trace differently: three signatures, as in ``jax.jit``), recursively
+    through tuples."""
     try:
         hash(v)
     except TypeError:
@@ -457,7 +492,16 @@ def _hashable(v, what: str):
             f"nx.compile: {what} is a {type(v).__name__}, which is not hashable, so it cannot be "
             f"part of the cache key. Fix: pass a tuple instead of a list, or make it a tensor"
         ) from None
-    return v
+    return _typed(v)
+
+
+def _typed(v):
+    t = type(v)
+    if t is tuple:
+        return (t, tuple(_typed(e) for e in v))
+    if t is float and v != v:  # NaN: equal to itself as a static value
+        return (t, "nan")
+    return (t, v)
 
 
 def compile(
