@@ -265,3 +265,28 @@ def test_openai_sdk_messages_list_is_sent_as_it_was():
         assert jitted == plain == ["echo: one", "echo: two"]
         # as plain Python sent them (the jitted calls may arrive in either order), not [3, 4]
         assert received[:2] == [1, 3] and sorted(received[2:]) == [1, 3]
+
+
+class Agent:
+    def __init__(self) -> None:
+        self.history: list = []
+
+    def ask(self, q):
+        """Changes its object: the program reads self.history right after."""
+        self.history.append(create([q]))
+        return len(self.history)
+
+    def peek(self, q):
+        return look((q, len(self.history)))
+
+
+def p_method_changes_its_object():
+    agent = Agent()
+    agent.ask("a")
+    seen = list(agent.history)
+    agent.ask("b")
+    return seen, agent.history, agent.peek("c")
+
+
+def test_a_method_that_changes_its_object_runs_in_order():
+    run_both(p_method_changes_its_object)

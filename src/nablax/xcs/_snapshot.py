@@ -17,8 +17,11 @@ lines.clear()``). So when a call is submitted, :func:`snapshot` copies the data 
 
 Results are protected the same way (:func:`snapshot` of a mutable result as the call returned it,
 given to each later call that takes it), and a function whose own source changes an argument
-(``history.append(...)``, ``d[k] = v``, ``x.attr = v``, ``buf += ...``) runs while the program
-waits, with the real objects: its change is the program's to see (:func:`mutates_arguments`).
+(``history.append(...)``, ``d[k] = v``, ``x.attr = v``, ``buf += ...``), or a method that
+changes its object (``self.history.append(...)``), runs while the program waits, with the real
+objects: its change is the program's to see (:func:`mutates_arguments`). A bound method's object
+is otherwise shared, not copied, and so is state a call reads from globals: only arguments are
+snapshotted.
 """
 
 from __future__ import annotations
@@ -292,8 +295,8 @@ def _scan(fn: types.FunctionType) -> str | None:
     a = node.args
     params = {p.arg for p in [*a.posonlyargs, *a.args, *a.kwonlyargs]}
     params |= {p.arg for p in (a.vararg, a.kwarg) if p is not None}
-    params.discard("self")
-    params.discard("cls")
+    # every parameter counts, a bound method's receiver (self, cls) included: its state is the
+    # program's too
     rebound: set[str] = set()
     for n in ast.walk(node):
         if isinstance(n, (ast.Assign, ast.AnnAssign)):
