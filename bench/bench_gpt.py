@@ -21,7 +21,9 @@ weights (a ``torch.nn`` model's default initialisation, copied into nablax and J
 the same batches in the same order. Peers:
 
 - **nablax** (eager): examples/gpt.py's model and step (``nn`` + ``optim.chain(
-  optim.clip_by_global_norm(1.0), optim.adamw(...))``), the loss read every step;
+  optim.clip_by_global_norm(1.0), optim.adamw(...))``), the loss read every step; attention by
+  ``nn.functional.scaled_dot_product_attention`` where this nablax has it (one graph node; the
+  kernel layer picks the implementation), else written out (``--attention manual`` forces that);
 - **nx.compile**: the same step under ``nx.compile``;
 - **jax.jit**: a hand-written pure-JAX model (the same math) with a hand-written clip + AdamW, the
   whole step jitted;
@@ -230,9 +232,11 @@ def make_jax_step(layers: int, heads: int):
 
 
 class NablaxRunner:
-    def __init__(self, state_np: dict, batches, cfg, compile: bool):
+    def __init__(self, state_np: dict, batches, cfg, compile: bool, attention: str):
         layers, width, heads, context, _ = cfg
-        model = gpt.GPT(VOCAB, context, layers, width, heads, key=nx.random.key(0))
+        model = gpt.GPT(
+            VOCAB, context, layers, width, heads, key=nx.random.key(0), attention=attention
+        )
         paths = [p for p, _ in nx.tree.leaves_with_path(model)]
         names = [re.sub(r"\[(\d+)\]", r".\1", p).lstrip(".") for p in paths]
         leaves = [nx.tensor(state_np[n]) for n in names]
@@ -306,9 +310,9 @@ class TorchRunner:
         loss.backward()
         with torch.no_grad():  # optax's clip_by_global_norm (clip_grad_norm_ adds 1e-6)
             grads = [p.grad for p in self.params]
-            norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))
-            if norm >= CLIP:
-                torch._foreach_mul_(grads, CLIP / norm)
+            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+            # decided on the device, as in the other peers (no host sync on a GPU)
+            torch._foreach_mul_(grads, torch.where(norm < CLIP, 1.0, CLIP / norm))
         self.opt.step()
         return loss.item()
 
@@ -332,7 +336,7 @@ def make_runner(name: str, state_np, batches, cfg, devices):
     if name.startswith("torch"):
         n = 1 if name == "torch 1 thread" else devices["threads"]
         return TorchRunner(state_np, batches, cfg, devices["torch"], name == "torch.compile", n)
-    return NablaxRunner(state_np, batches, cfg, name == "nx.compile")
+    return NablaxRunner(state_np, batches, cfg, name == "nx.compile", devices["attention"])
 
 
 def check(name: str, state_np, batches, cfg, devices, steps: int) -> dict:
@@ -398,6 +402,8 @@ def select_devices(kind: str) -> dict:
         torch.backends.cudnn.allow_tf32 = False
         return {"jax": jax.devices("gpu")[0], "torch": torch.device("cuda"), "threads": threads}
     jax.config.update("jax_platforms", "cpu")  # before any computation picks a backend
+    if jax.default_backend() != "cpu":  # a backend was chosen already: nablax follows it
+        sys.exit("bench_gpt --device cpu: JAX already runs on a GPU here; set JAX_PLATFORMS=cpu")
     return {"jax": jax.devices("cpu")[0], "torch": torch.device("cpu"), "threads": threads}
 
 
@@ -411,10 +417,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="3 check steps, 3 rounds of 3 steps")
     p.add_argument("--no-torch-compile", action="store_true", help="leave torch.compile out")
     p.add_argument("--markdown", action="store_true", help="also print a markdown table")
+    p.add_argument(
+        "--attention",
+        choices=["auto", "manual", "sdpa"],
+        default="auto",
+        help="nablax's attention: F.scaled_dot_product_attention ('sdpa', one graph node; 'auto' "
+        "picks it where this nablax has it) or the same math written out ('manual')",
+    )
     args = p.parse_args(argv)
+    attention = args.attention
+    if attention == "auto":
+        attention = "sdpa" if "sdpa" in gpt.ATTENTION else "manual"
+    if attention not in gpt.ATTENTION:
+        sys.exit("bench_gpt: this nablax has no nn.functional.scaled_dot_product_attention")
     if args.quick:
         args.check_steps, args.rounds, args.block = 3, 3, 3
     devices = select_devices(args.device)
+    devices["attention"] = attention
     cfg = SIZES[args.model]
     t_start = time.perf_counter()
     print(environment(torch), flush=True)
@@ -424,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     layers, width, heads, context, batch = cfg
     print(
         f"model {args.model}: {layers} layers, width {width}, {heads} heads, context {context}, "
-        f"batch {batch}, vocabulary {VOCAB}; clip {CLIP:g} + AdamW lr {LR:g} wd {WD:g}; "
+        f"batch {batch}, vocabulary {VOCAB}; nablax attention: {attention}; clip {CLIP:g} + "
+        f"AdamW lr {LR:g} wd {WD:g}; "
         f"{args.check_steps} check steps per peer from empty caches, then {args.rounds} rounds "
         f"of {args.block}-step blocks, interleaved",
         flush=True,
