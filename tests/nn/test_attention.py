@@ -371,3 +371,20 @@ def test_mha_errors_are_clear():
         m(x, x, x, key_padding_mask=nx.ones((5, 3), dtype=nx.bool_))
     with pytest.raises(ShapeError, match="E = 8"):
         m(x, nx.ones((5, 3, 4)), nx.ones((5, 3, 4)))
+
+
+def test_mha_under_autocast_and_compiled_dropout_with_a_key_argument():
+    tm, m = _pair()
+    x = nx.asarray(_np((5, 3, 8), 0))
+    want = m(x, x, x, need_weights=False)[0]
+    with nx.autocast(nx.bfloat16):
+        got = m(x, x, x, need_weights=False)[0]
+    assert got.dtype == nx.bfloat16
+    _close(got.astype(nx.float32), want.numpy(), rtol=5e-2, atol=5e-2)  # bfloat16 resolution
+    md = m.replace(dropout=0.3)
+    f = nx.compile(lambda m, x, k: m(x, x, x, need_weights=False, dropout_key=k)[0])
+    k1, k2 = nx.random.key(1), nx.random.key(2)
+    eager = md(x, x, x, need_weights=False, dropout_key=k1)[0]
+    _close(f(md, x, k1), eager.numpy())
+    _close(f(md, x, k1), eager.numpy())  # replay
+    assert not np.allclose(f(md, x, k2).numpy(), eager.numpy())  # the key is an argument
