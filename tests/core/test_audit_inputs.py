@@ -63,17 +63,18 @@ def test_big_endian_dtype_arguments_mean_the_native_dtype():
     assert f(nx.tensor(np.array([1.0, 2.0], ">f4"))).tolist() == [2.0, 4.0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (issue 35 item 16 sibling): nx.compile hands NumPy array arguments to "
-    "jax.jit as they are (core/transforms/compile.py _run), so a big-endian one raises JAX's "
-    "TypeError and an int64 one beyond int32 wraps, where nx.tensor converts or raises",
-)
 def test_compile_converts_numpy_arguments_as_nx_tensor_does():
+    """nx.compile handed NumPy arguments to jax.jit as they were: a big-endian one raised JAX's
+    TypeError and an int64 one beyond int32 wrapped silently (nx.tensor raises for it)."""
     f = nx.compile(lambda x: x * 2)
     assert f(np.array([1.0, 2.0], ">f4")).tolist() == [2.0, 4.0]
-    with pytest.raises(OverflowError):
+    assert f(np.array([1.0, 2.0], ">f4")).tolist() == [2.0, 4.0]  # the cached program
+    assert f(np.array([1, 2], ">i8")).tolist() == [2, 4]
+    assert f(np.array([3, 4])).tolist() == [6, 8]  # int64 in range: converted as by JAX
+    with pytest.raises(OverflowError, match=r"nx.compile: value 1099511627776 cannot be conv"):
         f(np.array([1, 2**40]))
+    with pytest.raises(OverflowError):
+        nx.tensor(np.array([1, 2**40]))  # the same rule as nx.tensor
 
 
 # ---- Python ints against integer tensors: JAX's weak-type wrapping ------------------------------
