@@ -507,7 +507,10 @@ def where(condition, x=None, y=None) -> Tensor:
             TypeError, "where", "needs three arguments (condition, x, y)", "use x[mask] for indices"
         )
     ci = _operand(condition, "where")
-    if hasattr(type(x), "_weak_binary") or hasattr(type(y), "_weak_binary"):
+    tx, ty = type(x), type(y)
+    if (tx is not Tensor and hasattr(tx, "_weak_binary")) or (
+        ty is not Tensor and hasattr(ty, "_weak_binary")
+    ):  # a traced Python number (nx.compile argument)
         x, y = _untrace_weak(x, y)
     xs, ys = type(x) in _SCALARS, type(y) in _SCALARS
     xi: TensorImpl | Literal
