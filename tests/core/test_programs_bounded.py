@@ -138,3 +138,16 @@ def test_describe_names_shape_and_parameter_changes():
         keys[0], keys[1]
     )
     assert realize._S.cache  # the programs themselves were cached as usual
+
+
+def test_kernel_executor_specs_are_bounded_too():
+    from nablax.kernels import library
+    from nablax.kernels.executor import default_executor
+
+    ex = default_executor()
+    with _config.override(max_executables=3, recompile_warning=0):
+        for n in range(1, 9):
+            a = np.ones((n, 2), np.float32)
+            out = library.matmul(nx.tensor(a), nx.tensor(np.ones((2, 3), np.float32))).numpy()
+            np.testing.assert_allclose(out, np.full((n, 3), 2.0))
+        assert len(ex._specs) <= 3 and len(ex._memo) <= 3

@@ -216,13 +216,17 @@ class Executor:
             spec = CallSpec(kernel, inv, cfg, call_key, self.stamp_prefix)
             with self._lock:
                 self._specs[skey] = spec
-                if len(self._specs) > _MEMO_SIZE:
+                # a spec holds its compiled programs: bounded like the realization cache
+                # (option max_executables), so a process calling many shapes keeps its memory
+                limit = min(_MEMO_SIZE, max(1, _config.get("max_executables")))
+                while len(self._specs) > limit:
                     self._specs.popitem(last=False)
         if sig is not None:
             chooser = self.chooser
             with self._lock:
                 self._memo[sig] = (spec, chooser.cache.generation, chooser.policy)
-                if len(self._memo) > _MEMO_SIZE:
+                limit = min(_MEMO_SIZE, max(1, _config.get("max_executables")))
+                while len(self._memo) > limit:
                     self._memo.popitem(last=False)
         return spec
 
