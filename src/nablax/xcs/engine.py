@@ -103,11 +103,8 @@ class Engine:
             self.raise_failure()  # plain Python would have stopped at that call
         route, c = self.route(fn)
         if route == "submit":
-            if mutates_arguments(fn) is None:
-                return self.submit(fn, args, kw, c)
-            # it changes an argument in place: it runs now, on the program's own objects
-            args, kw = resolve_in_place(args), resolve_in_place(kw)
-        elif route == "store" or not self.any_pending:
+            return self.submit(fn, args, kw, c)
+        if route == "store" or not self.any_pending:
             return fn(*args, **kw)
         if route == "defer":
             if fn.__name__ == "join" and len(args) == 1 and not isinstance(args[0], (list, tuple)):
@@ -180,11 +177,15 @@ class Engine:
     # -- nodes ------------------------------------------------------------------------------------
     def submit(self, fn: Any, args: tuple, kw: dict, c: Any = None) -> Pending:
         self._within_window()
-        try:  # the call sees its arguments as they are now, whenever it starts
-            args, kw = snapshot(args, "args"), snapshot(kw, "kwargs")
-            held = None
-        except Uncopyable as e:  # shared as they are: the program waits for the call to end
-            held = str(e)
+        held = mutates_arguments(fn)
+        if held is not None:  # it changes an argument: it gets the program's own objects
+            args, kw = resolve_in_place(args), resolve_in_place(kw)
+            held = f"it changes an argument ({held})"
+        else:
+            try:  # the call sees its arguments as they are now, whenever it starts
+                args, kw = snapshot(args, "args"), snapshot(kw, "kwargs")
+            except Uncopyable as e:  # shared as they are: the program waits for the call to end
+                held = f"{e}, which cannot be copied"
         deps = pending_in((args, kw), []) if self.any_pending else []
         effects = _effects(c)
         why = _why(c)
@@ -201,7 +202,7 @@ class Engine:
                 after = ()
                 schedule = f"early: read-only ({why})"
             if held is not None:
-                schedule += f"; the program waited for it ({held}, which cannot be copied)"
+                schedule += f"; the program waited for it: {held}"
             node = PlanNode(
                 i, _name(fn), tuple(sorted({d.node.id for d in deps})),
                 time.perf_counter() - self.t0, effects=effects, after=after, schedule=schedule,
