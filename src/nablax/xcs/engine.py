@@ -232,9 +232,10 @@ class Engine:
 
             for w in waiting:
                 w.add_done_callback(ready)
+        out = Pending(fut, node, self)
         if held is not None:
-            scheduler.wait(fut)  # nothing may change its arguments before it has run
-        return Pending(fut, node, self)
+            self.wait_for(out)  # nothing may change its arguments before it has run
+        return out
 
     def _start(self, fn, args, kw, node: PlanNode, fut: cf.Future, deps: list, direct: bool):
         if self.abandoned or any(d.future.cancelled() for d in deps):
