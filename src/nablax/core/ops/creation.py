@@ -24,6 +24,7 @@ from ..prims.creation import (  # noqa: F401 - the builders, re-exported
     zeros_like,
 )
 from ..tensor import Tensor, to_impl
+from ..transforms.sizes import bounded_by_sizes, decide_ge, is_symbolic, show, size_dependent
 from .elementwise import astype
 
 
@@ -67,6 +68,11 @@ def asarray(a, dtype=None) -> Tensor:
 def arange(start, stop=None, step=None, dtype=None) -> Tensor:
     """Evenly spaced values in ``[start, stop)``, as ``numpy.arange`` (int32 for int arguments).
 
+    A symbolic size (``nx.compile(dynamic_dims=...)``) as ``start`` or ``stop`` gives one program
+    for every size when the step is an int and the endpoints stay within the sizes they are made
+    of (``n``, ``n - 1``, ``n // 2``, ``-n``); otherwise (``1000 * n``, a float step, an int8
+    result: values or overflow depend on the size) ``nx.compile`` traces once per size.
+
     >>> import nablax as nx
     >>> nx.arange(2, 11, 3).tolist()
     [2, 5, 8]
@@ -77,6 +83,8 @@ def arange(start, stop=None, step=None, dtype=None) -> Tensor:
     if step == 0:
         raise op_error(ValueError, "arange", "step must not be zero")
     args = (start, stop, step)
+    if any(is_symbolic(a) for a in args):
+        return _symbolic_arange(start, stop, step, dtype)
     if all(isinstance(a, (int, np.integer)) for a in args) and (
         dtype is None or dtypes.is_integer(dtypes.canonicalize(dtype))
     ):
@@ -95,6 +103,39 @@ def arange(start, stop=None, step=None, dtype=None) -> Tensor:
     except (TypeError, ValueError) as e:
         raise op_error(TypeError, "arange", f"start, stop and step must be numbers ({e})") from None
     return Tensor._wrap(to_impl(vals, dt, "arange"))
+
+
+_SYMBOLIC_LIMIT = 2**29  # |concrete endpoint| allowed beside a symbolic one (int32 headroom)
+
+
+def _symbolic_arange(start, stop, step, dtype) -> Tensor:
+    """``arange`` with a symbolic size (``nx.compile(dynamic_dims=...)``) among its arguments:
+    one iota that serves every size when the endpoints are integers within the sizes they are
+    made of (``n``, ``n - 1``, ``n // 2``: the values fit int32 for sizes up to 2**30) and the
+    step a concrete int; otherwise a size-dependent decision (nx.compile traces per size)."""
+    dt = dtypes.canonicalize(dtype) if dtype is not None else dtypes.int32
+    ends = (start, stop)
+    if not (
+        isinstance(step, (int, np.integer))
+        and all(is_symbolic(a) or isinstance(a, (int, np.integer)) for a in ends)
+        and all(bounded_by_sizes(a, _SYMBOLIC_LIMIT) for a in ends)
+        and (dt == dtypes.int32 or dtypes.is_floating(dt))
+    ):
+        what = ", ".join(show(a) if is_symbolic(a) else repr(a) for a in (start, stop, step))
+        size_dependent("arange", f"{what}, dtype={dt}", start, stop, step)
+    step = int(step)
+    start, stop = (a if is_symbolic(a) else int(a) for a in ends)
+    n = -((start - stop) // step)  # ceil((stop - start) / step): a size or an int
+    if is_symbolic(n):
+        if not decide_ge(n, 0):  # sizes may make it negative: an empty result there
+            n = n.max(0) if hasattr(n, "max") else max(n, 0)
+    else:
+        n = max(0, n)
+    t = iota(dtypes.int32, (n,), 0)
+    if step != 1:
+        t = t * step
+    t = t + start if not (isinstance(start, int) and start == 0) else t
+    return t if t.dtype == dt else astype(t, dt)
 
 
 def linspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None) -> Tensor:

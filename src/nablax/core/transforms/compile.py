@@ -37,15 +37,22 @@ in a Python decision that holds only for some sizes. So (sizes.py):
 - any other decision in the user's code (``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` that depend
   on the size, ``bool(n % 2)``, ``int(n)``, ``float(n)``, ``n / 2``, ``hash(n)`` and dict/set
   lookups, ``range(n)``, ``len(x)``, indexing a list, ``min``/``max``, ``math`` functions,
-  ``n in (2, 4)``, ``x.shape == (4, 3)``) is recorded and raises ``SizeDependentError``. The call
+  ``n in (2, 4)``, ``x.shape == (4, 3)``, and the text of a size: ``str(n)``, ``repr(n)``,
+  ``f"{n}"``, ``"%s" % n``, ``str(x.shape)``, which would be the symbol's name ``"n"`` for every
+  size) is recorded and raises ``SizeDependentError``. The call
   then traces that signature for its concrete size, with one warning naming the line, and so does
   every later size of that signature (one trace and one executable per size). A decision the
   function catches is still recorded.
 
 Sizes of 0 (outside ``jax.export``'s range) are traced on their own. Sizes returned as Python
-values (``return y, x.shape[0]``) are computed from each call's sizes. Not guarded: ``str(n)`` /
-``f"{n}"`` give the symbol's name (``"n"``), and ``isinstance(n, int)`` is ``False``. nablax's own
-shape rules and JAX keep JAX's semantics, which choose what is right for every size.
+values (``return y, x.shape[0]``) are computed from each call's sizes. nablax's own messages,
+JAX and debuggers show a size as its symbol's name without a decision. A size is not an ``int``:
+``isinstance(n, int)`` is ``False`` (as for JAX's symbolic dimensions, which a Size must subclass
+and an ``int`` cannot), so code that checks for an int and raises otherwise (``json.dumps(n)``)
+traces per size, and code that quietly takes another path for a non-int takes it for every size.
+``nx.arange(n)`` (and ``arange(k, n, step)``, ``n // 2``, ``n - 1``...) serves every size; an
+``arange`` whose values could leave int32 for some sizes traces per size. nablax's own shape rules
+and JAX keep JAX's semantics, which choose what is right for every size.
 
 Composition: a call whose tensor arguments are being differentiated or vmapped (inside ``nx.grad``,
 ``nx.vmap``, ...), or are pending inside another trace (a compiled function called by a function

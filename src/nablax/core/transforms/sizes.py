@@ -17,19 +17,24 @@ only when JAX proves the answer for every size (``n >= 1``, ``n == n``, ``n != 0
 traces that signature once per size. Arithmetic that stays an integer size (``n * 2``, ``n - 1``,
 ``n // 2``, ``n % 2``, ``divmod``, ``n ** 2``) gives new guarded sizes; arithmetic whose Python
 result would be a number depending on the size (``n / 2``, ``n * 0.5``, ``2 ** n``,
-``float(n)``) is a decision. Code inside ``nablax.core`` and JAX (found by the calling module)
-keeps JAX's semantics: its shape rules make choices that are right for every size ("not provably
-1, so not broadcast").
+``float(n)``) is a decision. The text of a size (``str(n)``, ``repr(n)``, ``f"{n}"``,
+``"%s" % n``, ``str(x.shape)``) is a decision too: it would be the symbol's name (``"n"``) for
+every size; nablax's own messages, JAX and debuggers get that name (:func:`show`) without one,
+and so does a size kept past its trace. Code inside ``nablax.core`` and JAX (found by the calling
+module) keeps JAX's semantics: its shape rules make choices that are right for every size ("not
+provably 1, so not broadcast"). A Size is not an ``int`` (``isinstance(n, int)`` is ``False``, as
+for JAX's symbolic dimensions: it cannot subclass both); code that needs an int for it (``json``,
+``isinstance`` checks that raise) fails and ``nx.compile`` traces per size.
 
 >>> import nablax as nx
 >>> seen = []
 >>> @nx.compile(dynamic_dims={0: {0: "n"}})
 ... def f(x):
 ...     n = x.shape[0]
-...     seen.append((type(n).__name__, str(n // 2), n >= 1, n == n, 2 * n == n + n))
+...     seen.append((type(n).__name__, isinstance(n, int), n >= 1, n == n, 2 * n == n + n))
 ...     return x.reshape(1, n * 2)
 >>> [f(nx.ones((k, 2))).shape for k in (3, 4)], seen
-([(1, 6), (1, 8)], [('Size', 'floordiv(n, 2)', True, True, True)])
+([(1, 6), (1, 8)], [('Size', False, True, True, True)])
 """
 
 from __future__ import annotations
@@ -75,6 +80,44 @@ def _kind(frame) -> int:
     if name == "nablax._caches":  # the caches nablax.core keys by shapes
         return 0
     return 2
+
+
+# modules whose text of a size is a message, never a value: nablax's own errors and warnings,
+# JAX's, and debuggers / tracebacks showing a variable
+_MESSAGE_MODULES = frozenset(
+    {
+        "nablax",
+        "jax",
+        "jaxlib",
+        "pdb",
+        "bdb",
+        "traceback",
+        "pydevd",
+        "_pydevd_bundle",
+        "_pydev_bundle",
+        "debugpy",
+        "IPython",
+    }
+)
+
+
+def _text_frame(depth: int):
+    """The user frame that asked for a size's text, or None for a message (see _MESSAGE_MODULES)."""
+    f: FrameType | None = sys._getframe(depth + 1)
+    while f is not None:
+        if f.f_code.co_filename.startswith("<doctest"):
+            return f
+        name = f.f_globals.get("__name__")
+        top = name.partition(".")[0] if isinstance(name, str) else ""
+        if top != "numpy":
+            return None if top in _MESSAGE_MODULES else f
+        f = f.f_back
+    return None
+
+
+def show(d) -> str:
+    """The text of a size for nablax's own messages (``"n"``, ``"2*n"``); never a decision."""
+    return _DimExpr.__str__(d._plain) if type(d) is Size else str(d)
 
 
 def _user_frame(depth: int):
@@ -177,6 +220,11 @@ def _decide_ge(a, b):
         return bool(a >= b)
     except _Inconclusive:
         return None
+
+
+def decide_ge(a, b):
+    """``a >= b`` for every size (sizes or ints): True, False, or None when it depends on it."""
+    return _decide_ge(plain(a), plain(b))
 
 
 def _decide_eq(a, b):
@@ -363,12 +411,29 @@ class Size(_DimExpr):
     __complex__ = _needs_value("complex({})", _type_error("complex() of a symbolic size"))
     __invert__ = _needs_value("~{}", _type_error("bad operand type for unary ~"))
 
+    # The text of a size ("n") is the same for every size: in the user's code it is a decision
+    # (a string such as f"{n}" would hold the first size's text for every size). nablax's own
+    # messages, JAX and debuggers get the symbol's text (see _text_frame), and so does a size
+    # kept past its trace (it no longer stands for any call's size).
+    def _text(self, what: str) -> str:
+        if self._guard.active:
+            f = _text_frame(2)
+            if f is not None:
+                self._guard.fail(what.format(show(self)), f)
+        return show(self)
+
+    def __str__(self) -> str:
+        return self._text("str({})")
+
+    def __repr__(self) -> str:
+        return self._text("repr({}) (also str() of a shape tuple)")
+
     def __format__(self, spec: str) -> str:
         if not spec:
-            return str(self)
+            return self._text("format({}) (an f-string or str.format)")
         f = _user_frame(1)
         if f is not None:
-            self._guard.fail(f"format({self}, {spec!r})", f)
+            self._guard.fail(f"format({show(self)}, {spec!r})", f)
         raise TypeError(f"unsupported format string passed to a symbolic size: {spec!r}")
 
     def __getattr__(self, name: str):
@@ -409,6 +474,34 @@ for _n in ("and", "or", "xor", "lshift", "rshift"):
 for _n in ("eq", "ne", "lt", "le", "gt", "ge"):
     setattr(Size, f"__{_n}__", _compare(f"__{_n}__"))
 del _n
+
+
+def size_dependent(op: str, what: str, *values) -> None:
+    """Raise for an op of nablax.core that needs the concrete value of a size among ``values``:
+    for a :class:`Size`, a size-dependent decision of the user's line that called the op
+    (:class:`SizeDependentError`; ``nx.compile`` then traces per size)."""
+    for v in values:
+        if type(v) is Size:
+            f = sys._getframe(1)
+            while f is not None and _kind(f) != 2:
+                f = f.f_back
+            v._guard.fail(f"nx.{op}({what})", f)
+    raise TypeError(f"nx.{op}: {what} needs a concrete size, got the symbolic size(s) {values!r}")
+
+
+def bounded_by_sizes(d, margin: int) -> bool:
+    """Whether ``|d| <= (sum of the sizes d is made of) + margin`` for every size (JAX proves
+    it from the expression: ``n - 1``, ``n // 2``, ``n + m`` are; ``1000 * n``, ``n * n`` are
+    not). Lets an op check a value range once for every size."""
+    p = plain(d)
+    if type(p) is not _DimExpr:
+        return abs(int(p)) <= margin
+    try:
+        names = sorted(p._get_vars())
+        total = sum(jax.export.symbolic_shape(v, scope=p.scope)[0] for v in names) + margin
+        return bool(total >= p) and bool(total >= -p)
+    except (_Inconclusive, AttributeError, TypeError, ValueError):  # unknown: not proven
+        return False
 
 
 def evaluate(d, env: dict) -> int:
