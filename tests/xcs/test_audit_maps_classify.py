@@ -189,7 +189,40 @@ def test_recursive_jit_is_rewritten_without_warning():
         def fact(n):
             return 1 if n <= 1 else n * fact(n - 1)
 
-        assert fact(5) == 120
+        def make():
+            @xcs.jit
+            def fib(n):  # recursive through its closure cell
+                return n if n < 2 else fib(n - 1) + fib(n - 2)
+
+            return fib
+
+        fib = make()
+        assert fact(5) == 120 and fib(10) == 55
     assert _countdown(4) == 4
-    assert _countdown._body is not _countdown._fn  # rewritten, not run unmodified
-    assert fact._body is not fact._fn
+    for f in (_countdown, fact, fib, _even):
+        assert f._body is not f._fn  # rewritten, not run unmodified
+    assert _even(6) is True and _odd(3) is True
+
+
+@xcs.jit
+def _even(n):
+    return True if n == 0 else _odd(n - 1)
+
+
+@xcs.jit
+def _odd(n):
+    return False if n == 0 else _even(n - 1)
+
+
+def test_pmap_is_bounded_and_awaits_too():
+    peak = _Peak()
+    assert xcs.pmap(peak, max_workers=2)(list(range(7))) == [2 * i for i in range(7)]
+    assert peak.peak <= 2
+
+    class Doubler:
+        async def __call__(self, x):
+            await asyncio.sleep(0)
+            return 2 * x
+
+    assert xcs.pmap(Doubler())([1, 2]) == [2, 4]
+    assert xcs.vmap(Doubler())([3]) == [6]
