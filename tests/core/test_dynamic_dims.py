@@ -47,7 +47,9 @@ def _sweep(fn, dynamic_dims=DYN, make=lambda n: (_x(n),), sizes=SIZES, **kw):
             for n in sizes:
                 args = make(n)
                 _assert_same(f(*args), fn(*args), n)
-    return f, [str(w.message) for w in caught]
+    # the eager references compile a program per size at one line: nablax's recompile warning
+    # (core/recompiles.py) is right to name it, and is not what these tests count
+    return f, [str(w.message) for w in caught if "different programs" not in str(w.message)]
 
 
 # ---- decisions that depend on the size: one trace per size, one warning ----------------------

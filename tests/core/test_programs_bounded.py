@@ -93,6 +93,7 @@ def _changing_shapes(count: int):
 def test_a_line_that_keeps_compiling_warns_once_naming_the_change():
     nx.clear_caches()
     recompiles._sites.clear()
+    recompiles._warned.clear()
     with _config.override(recompile_warning=3), warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         assert _changing_shapes(8) == [2.0 * n for n in range(1, 9)]
@@ -105,6 +106,7 @@ def test_a_line_that_keeps_compiling_warns_once_naming_the_change():
 def test_python_int_loops_do_not_warn():
     nx.clear_caches()
     recompiles._sites.clear()
+    recompiles._warned.clear()
     x = nx.tensor(np.arange(40.0).reshape(20, 2))
     with _config.override(recompile_warning=2), warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
@@ -114,9 +116,22 @@ def test_python_int_loops_do_not_warn():
     assert nx.cache_info().compiles <= 2
 
 
+def test_a_line_reading_unrelated_graphs_does_not_warn():
+    nx.clear_caches()
+    recompiles._sites.clear()
+    recompiles._warned.clear()
+    ops = [nx.exp, nx.sin, nx.cos, nx.tanh, nx.sqrt, nx.abs, nx.negative, nx.square, nx.log1p]
+    with _config.override(recompile_warning=2), warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        vals = [op(nx.ones(3)).sum().item() for op in ops]  # one line, nine unrelated programs
+    assert not [x for x in w if "compiled" in str(x.message)]
+    np.testing.assert_allclose(vals[0], 3 * np.e, rtol=1e-6)
+
+
 def test_warning_can_be_turned_off():
     nx.clear_caches()
     recompiles._sites.clear()
+    recompiles._warned.clear()
     with _config.override(recompile_warning=0), warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
         _changing_shapes(12)

@@ -19,8 +19,9 @@ from .. import _caches, _config
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../nablax
 
-# (filename, line) -> [count of structures compiled there, last key, warned]
+# ((filename, line), primitive names) -> [structures compiled there, last key, warned]
 _sites = _caches.Cache("realize.recompile_sites", 1024)
+_warned = _caches.Cache("realize.recompile_warned_lines", 1024)  # lines warned about
 
 
 def _user_site() -> tuple[str, int, int] | None:
@@ -75,7 +76,11 @@ def describe(old, new) -> str:
 
 
 def note(key) -> None:
-    """Count a newly compiled structure at the user's current line; warn once past the limit."""
+    """Count a newly compiled structure at the user's current line; warn once past the limit.
+
+    Structures are counted per line *and* sequence of primitives: the same code compiled again
+    for other shapes, dtypes or static parameters. A line that reads many unrelated graphs (a
+    logging helper, parametrized tests) compiles each once and is not what the warning is for."""
     limit = _config.get("recompile_warning")
     if not limit:
         return
@@ -83,17 +88,19 @@ def note(key) -> None:
     if found is None:
         return
     site, level = found[:2], found[2]
-    rec = _sites.get(site)
+    ops = tuple(step[0].name for step in key[0])
+    rec = _sites.get((site, ops))
     if rec is None:
-        _sites.put(site, [1, key, False])
+        _sites.put((site, ops), [1, key, False])
         return
     rec[0] += 1
     last, rec[1] = rec[1], key
-    if rec[0] > limit and not rec[2]:
+    if rec[0] > limit and not rec[2] and _warned.get(site) is None:
         rec[2] = True
+        _warned.put(site, True)
         warnings.warn(
-            f"nablax: reads at {site[0]}:{site[1]} have compiled {rec[0]} different programs; "
-            f"the last one because {describe(last, key)}. Every new graph structure compiles "
+            f"nablax: reads at {site[0]}:{site[1]} have compiled {rec[0]} different programs of "
+            f"the same operations; the last one because {describe(last, key)}. Every new graph structure compiles "
             f"again: Python numbers (scalars, indices, slice starts, .at[] positions) are runtime "
             f"values, but shapes, dtypes and ops' static parameters are part of the program. "
             f"Fix: keep them fixed across iterations (pad to a fixed length, write into a "
