@@ -355,10 +355,10 @@ class Engine:
         """Before a new call: at most ``window`` earlier calls may still be unfinished (plain
         Python would not have started this one before they ended); wait for the oldest."""
         while len(self.futures) - self.open_from >= self.window:
-            f = self.futures[self.open_from]
-            if not f.done():
-                scheduler.wait(f)
-                self.raise_failure()
+            i = self.open_from
+            if not self.futures[i].done():
+                self.wait_for(Pending(self.futures[i], self.nodes[i], self))
+            self.raise_failure()
             self.open_from += 1
 
     def _lazies_before(self, n: int) -> list[tuple[int, Lazy]]:
