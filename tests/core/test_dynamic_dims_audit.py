@@ -7,8 +7,10 @@ outputs with running it eagerly on each size."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 import operator
+import pickle
 import warnings
 
 import jax
@@ -125,6 +127,8 @@ SIBLINGS = {
     "not_int": lambda x: x * (_n(x) if isinstance(_n(x), int) else operator.index(_n(x)) + 1),
     "raise_not_int": lambda x: x * _int_only(_n(x)),
     "float_format": lambda x: (x * 2, f"{_n(x) * 1.0:.1f}"),
+    "pickle": lambda x: (x * 2, pickle.dumps(_n(x))),
+    "pickle_shape": lambda x: (x * 2, pickle.dumps(x.shape)),
 }
 
 
@@ -166,6 +170,24 @@ def test_nablax_messages_do_not_fall_back():
 
     g, msgs = _sweep(f)
     assert msgs == [] and g.cache_info().traces == 1
+
+
+def test_log_records_show_the_symbol_without_falling_back(caplog):
+    # a log line is a message, like nablax's own: the trace logs the symbolic shape once
+    log = logging.getLogger("nablax.test_dynamic_dims_audit")
+    f, msgs = _sweep(lambda x: log.warning("rows %s of %s", x.shape[0], x.shape) or x * 2)
+    assert msgs == [] and f.cache_info().traces == 1
+    assert "rows n of (n, 3)" in caplog.messages and "rows 7 of (7, 3)" in caplog.messages
+
+
+def test_print_of_a_shape_prints_each_sizes_shape(capsys):
+    # (print("shape", x.shape) would also write "shape " in the abandoned symbolic trace)
+    f = nx.compile(lambda x: print(f"shape {x.shape}") or x * 2, dynamic_dims=DYN)
+    with pytest.warns(UserWarning, match="traced on its own"):
+        f(_x(3))
+    f(_x(5))
+    f(_x(3))  # a hit: no trace, no print
+    assert capsys.readouterr().out.splitlines() == ["shape (3, 3)", "shape (5, 3)"]
 
 
 def test_a_kept_size_shows_its_symbol():

@@ -46,7 +46,8 @@ in a Python decision that holds only for some sizes. So (sizes.py):
 
 Sizes of 0 (outside ``jax.export``'s range) are traced on their own. Sizes returned as Python
 values (``return y, x.shape[0]``) are computed from each call's sizes. nablax's own messages,
-JAX and debuggers show a size as its symbol's name without a decision. A size is not an ``int``:
+JAX, ``logging`` and debuggers show a size as its symbol's name without a decision
+(``print(x.shape)`` is a decision: each size's trace prints its own shape). A size is not an ``int``:
 ``isinstance(n, int)`` is ``False`` (as for JAX's symbolic dimensions, which a Size must subclass
 and an ``int`` cannot), so code that checks for an int and raises otherwise (``json.dumps(n)``)
 traces per size, and code that quietly takes another path for a non-int takes it for every size.

@@ -18,9 +18,9 @@ traces that signature once per size. Arithmetic that stays an integer size (``n 
 ``n // 2``, ``n % 2``, ``divmod``, ``n ** 2``) gives new guarded sizes; arithmetic whose Python
 result would be a number depending on the size (``n / 2``, ``n * 0.5``, ``2 ** n``,
 ``float(n)``) is a decision. The text of a size (``str(n)``, ``repr(n)``, ``f"{n}"``,
-``"%s" % n``, ``str(x.shape)``) is a decision too: it would be the symbol's name (``"n"``) for
-every size; nablax's own messages, JAX and debuggers get that name (:func:`show`) without one,
-and so does a size kept past its trace. Code inside ``nablax.core`` and JAX (found by the calling
+``"%s" % n``, ``str(x.shape)``, ``print(x.shape)``, ``pickle.dumps(n)``) is a decision too: it
+would be the symbol's name (``"n"``) for every size; nablax's own messages, JAX, ``logging`` and
+debuggers get that name (:func:`show`) without one, and so does a size kept past its trace. Code inside ``nablax.core`` and JAX (found by the calling
 module) keeps JAX's semantics: its shape rules make choices that are right for every size ("not
 provably 1, so not broadcast"). A Size is not an ``int`` (``isinstance(n, int)`` is ``False``, as
 for JAX's symbolic dimensions: it cannot subclass both); code that needs an int for it (``json``,
@@ -83,12 +83,13 @@ def _kind(frame) -> int:
 
 
 # modules whose text of a size is a message, never a value: nablax's own errors and warnings,
-# JAX's, and debuggers / tracebacks showing a variable
+# JAX's, log records, and debuggers / tracebacks showing a variable
 _MESSAGE_MODULES = frozenset(
     {
         "nablax",
         "jax",
         "jaxlib",
+        "logging",
         "pdb",
         "bdb",
         "traceback",
@@ -442,6 +443,12 @@ class Size(_DimExpr):
             if f is not None:
                 self._guard.fail(f"{self}.{name}", f)
         raise AttributeError(f"'{type(self).__name__}' object has no attribute {name!r}")
+
+    def __reduce_ex__(self, protocol):  # pickle: the bytes would be the same for every size
+        f = _user_frame(1)
+        if f is not None:
+            self._guard.fail(f"pickle.dumps({show(self)})", f)
+        return self._plain.__reduce_ex__(protocol)
 
     def __copy__(self):
         return self
