@@ -36,7 +36,15 @@ LAYERS = [
             "nablax.core.host",
         ),
     ),
-    ("core realize", ("nablax.core.realize", "nablax.core.cpu_threads")),
+    (
+        "core realize",
+        (
+            "nablax.core.realize",
+            "nablax.core.cpu_threads",
+            "nablax.core.host_limits",
+            "nablax.core.recompiles",
+        ),
+    ),
     ("core build", ("nablax.core.build",)),
     ("core tensor", ("nablax.core.tensor",)),
     ("core prims", ("nablax.core.prims",)),
