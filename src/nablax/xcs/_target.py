@@ -14,6 +14,7 @@ import ast
 import functools
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -88,10 +89,22 @@ def _load(target: Any) -> types.ModuleType:
 def _load_file(path: str) -> types.ModuleType:
     """Import a ``.py`` file under a private module name (cached by path and modification time)."""
     full = os.path.abspath(path)
+    if os.path.isdir(full):
+        raise ValueError(
+            f"xcs.classify_target: argument `path_or_module` {path!r} is a directory; only "
+            "Python source files (.py) or importable module names are accepted. Fix: pass one "
+            ".py file of it, or the package's module name (e.g. 'pkg.module')"
+        )
     if not os.path.isfile(full):
         raise ValueError(
             f"xcs.classify_target: argument `path_or_module` {path!r}: no such file. "
             "Fix: pass the path of an existing .py file (relative to the current directory)"
+        )
+    if os.path.splitext(full)[1] not in importlib.machinery.SOURCE_SUFFIXES:
+        raise ValueError(
+            f"xcs.classify_target: argument `path_or_module` {path!r} is not a Python source "
+            f"file; only Python source files ({', '.join(importlib.machinery.SOURCE_SUFFIXES)}) "
+            "or importable module names are accepted. Fix: pass a .py file or a module name"
         )
     packaged = _as_package_module(full)
     if packaged is not None:  # a file of an importable package: relative imports must work
@@ -103,6 +116,11 @@ def _load_file(path: str) -> types.ModuleType:
     stem = os.path.splitext(os.path.basename(full))[0]
     name = f"_xcs_target_{stem}_{hashlib.sha1(full.encode()).hexdigest()[:8]}"
     spec = importlib.util.spec_from_file_location(name, full)
+    if spec is None or spec.loader is None:  # pragma: no cover - every source suffix has one
+        raise ValueError(
+            f"xcs.classify_target: argument `path_or_module` {path!r}: Python cannot import it. "
+            "Fix: pass a .py file or a module name"
+        )
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and pickling look the module up while it runs
     try:

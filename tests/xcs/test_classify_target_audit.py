@@ -1,0 +1,58 @@
+"""Issue 35: ``xcs.classify_target`` of a file that is not Python source (``/etc/passwd``, a
+``.txt``, a directory) raised ``'NoneType' object has no attribute 'loader'`` or a misleading "no
+such file"; it must raise a ValueError naming the path and saying what is accepted, as the
+``nablax classify`` command already does."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from nablax import cli
+from nablax.xcs.analysis import classify_target
+
+SOURCE = "def double(x):\n    return x * 2\n"
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "passwd", "script.py.bak", "data.json"])
+def test_a_file_that_is_not_python_source_is_refused(tmp_path, name):
+    path = tmp_path / name
+    path.write_text(SOURCE)  # valid Python inside: the suffix alone decides, as for import
+    for target in (path, str(path)):
+        with pytest.raises(ValueError) as info:
+            classify_target(target)
+        msg = str(info.value)
+        assert msg.startswith("xcs.classify_target: argument `path_or_module`")
+        assert str(path) in msg and "not a Python source file" in msg
+        assert "importable module names are accepted" in msg and "Fix:" in msg
+
+
+@pytest.mark.skipif(not os.path.isfile("/etc/passwd"), reason="needs /etc/passwd")
+def test_etc_passwd():
+    with pytest.raises(ValueError, match=r"'/etc/passwd' is not a Python source file"):
+        classify_target("/etc/passwd")
+
+
+def test_a_directory_is_refused_by_name(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(SOURCE)
+    with pytest.raises(ValueError, match=r"pkg'? is a directory; only Python source files"):
+        classify_target(tmp_path / "pkg")
+
+
+def test_a_python_file_still_classifies(tmp_path):
+    path = tmp_path / "ok_target_audit.py"
+    path.write_text(SOURCE)
+    assert [n for n, _ in classify_target(path)] == ["double"]
+
+
+def test_the_cli_and_the_api_agree(tmp_path, capsys):
+    # the command refuses before calling the API, and reports the API's own errors as usage
+    # errors (exit 2) because they start with "xcs.classify_target"
+    path = tmp_path / "notes.txt"
+    path.write_text(SOURCE)
+    assert cli.main(["classify", str(path)]) == 2
+    assert "not a Python source file" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not a Python source file"):
+        classify_target(str(path))
