@@ -11,6 +11,8 @@ import logging
 import math
 import operator
 import pickle
+import sys
+import traceback
 import warnings
 
 import jax
@@ -188,6 +190,25 @@ def test_print_of_a_shape_prints_each_sizes_shape(capsys):
     f(_x(5))
     f(_x(3))  # a hit: no trace, no print
     assert capsys.readouterr().out.splitlines() == ["shape (3, 3)", "shape (5, 3)"]
+
+
+def test_debugger_views_show_the_symbol_without_falling_back():
+    # tracebacks with locals (and pdb / IPython / debugpy) repr a size to show it, not to use it
+    views = []
+
+    def local_view(n):  # what a traceback with locals shows for this frame's `n`
+        here = sys._getframe()
+        stack = traceback.StackSummary.extract([(here, here.f_lineno)], capture_locals=True)
+        return stack[0].locals["n"]
+
+    def f(x):
+        n = x.shape[0]
+        views.append(local_view(n))
+        return x * n
+
+    g, msgs = _sweep(f)
+    assert msgs == [] and g.cache_info().traces == 1
+    assert views[0] == "n" and views[1:] == [repr(k) for k in SIZES * 2]  # then eager calls
 
 
 def test_a_kept_size_shows_its_symbol():
