@@ -277,6 +277,17 @@ _register(
     "key; bfloat16 and float16 inputs are unaffected.",
 )
 
+_register(
+    "matmul_precision",
+    "float32",
+    _choice_kind("float32", "tensorfloat32", "bfloat16"),
+    "Precision of float32 (and complex64) matmuls, einsums, dots and convolutions: 'float32' "
+    "computes them in full float32 on every platform (PyTorch's default); 'tensorfloat32' and "
+    "'bfloat16' allow the faster TensorFloat-32 / bfloat16 passes of GPUs and TPUs (JAX's own "
+    "default is 'bfloat16'). Read when an operation is recorded and part of its program's cache "
+    "key; bfloat16 and float16 inputs are unaffected.",
+)
+
 
 # --- the multi-process launcher's variables ----------------------------------------------------
 # Not options (nothing to override or describe): `python -m nablax.launch` sets them in each child

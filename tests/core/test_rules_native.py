@@ -411,7 +411,7 @@ def test_integer_inputs_get_no_cotangent():
         (_index.gather_p, ((("t",),),), [np.ones((2, 3), np.int32), np.array([1, 0], np.int32)]),
         (
             _linalg.einsum_p,
-            ("ij,jk->ik", np.dtype(np.int32)),
+            ("ij,jk->ik", np.dtype(np.int32), None),  # (spec, dtype, precision)
             [np.ones((2, 3), np.int32), np.ones((3, 2), np.int32)],
         ),
     ],

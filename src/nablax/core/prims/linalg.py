@@ -3,14 +3,22 @@
 
 ``einsum`` is bilinear, so its derivative and transpose rules are einsums again; NumPy's ``matmul``
 broadcasting and 1-D promotion rules are expressed as einsum specs.
+
+Parameters: ``(spec, dtype, precision)``. ``precision`` is ``nx.config`` option
+``matmul_precision`` (``"float32"``, ``"tensorfloat32"`` or ``"bfloat16"``) read when the node is
+built, for float32 and complex64 products, else None (narrower and wider dtypes are unaffected).
+Being a parameter, it is part of every structure key: a program built under one precision is never
+reused under another, and derivatives inherit the precision of their forward node.
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 
-from ... import _caches
+from ... import _caches, _config
 from ...errors import DTypeError, ShapeError, op_error
 from .. import dtypes
 from ..build import TensorImpl, bind
@@ -27,8 +35,35 @@ from .shape import broadcast_in_dim_p, transpose_p
 _shape_cache = _caches.Cache("ops.einsum_shapes", 4096)
 
 
+# nx.config matmul_precision -> lax precision (JAX's own names: "bfloat16" is XLA's default,
+# TensorFloat-32 on NVIDIA GPUs and one bfloat16 pass on TPUs).
+LAX_PRECISION = {
+    "float32": lax.Precision.HIGHEST,
+    "tensorfloat32": lax.Precision.HIGH,
+    "bfloat16": lax.Precision.DEFAULT,
+}
+_PRECISION_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.complex64)})
+
+
+def matmul_precision(dt) -> str | None:
+    """The ``precision`` parameter of a product computed in dtype ``dt``: the ``matmul_precision``
+    option for float32/complex64, None for other dtypes (bfloat16/float16 products are unaffected).
+
+    >>> import numpy as np
+    >>> matmul_precision(np.float32), matmul_precision(np.float16)
+    ('float32', None)
+    """
+    return _config.get("matmul_precision") if np.dtype(dt) in _PRECISION_DTYPES else None
+
+
+def lax_precision(name: str | None):
+    """The ``precision=`` argument of ``jnp.einsum`` / ``lax.conv_general_dilated`` for a
+    ``precision`` parameter (None: XLA's default)."""
+    return None if name is None else LAX_PRECISION[name]
+
+
 def _einsum_aval(params, *avals):
-    spec, dt = params
+    spec, dt = params[0], params[1]
     key = (spec, dt, tuple(a[0] for a in avals))
     r = _shape_cache.get(key)
     if r is None:
@@ -47,8 +82,10 @@ def _einsum_aval(params, *avals):
 
 
 def _einsum_lower(params, *xs):
-    spec, dt = params
-    return jnp.einsum(spec, *[x.astype(dt) for x in xs], preferred_element_type=dt)
+    spec, dt, prec = params
+    return jnp.einsum(
+        spec, *[x.astype(dt) for x in xs], preferred_element_type=dt, precision=lax_precision(prec)
+    )
 
 
 # ---- derivative rules ------------------------------------------------------------------------
@@ -144,7 +181,8 @@ def _einsum_vjp(params, cts, primals, outs):
         kept = [c for c in terms[i] if c in present]
         spec = ",".join(["".join(out_labels)] + ["".join(terms[j]) for j in others])
         impls = [cast_like(ct, outs[0])._impl] + [primals[j]._impl for j in others]
-        g = Tensor._wrap(bind(einsum_p, impls, (f"{spec}->{''.join(kept)}", params[1]))[0])
+        g_params = (f"{spec}->{''.join(kept)}", params[1], params[2])
+        g = Tensor._wrap(bind(einsum_p, impls, g_params)[0])
         if len(kept) != len(terms[i]):  # labels summed only in this operand: broadcast back
             dims = tuple(k for k, c in enumerate(terms[i]) if c in present)
             g = Tensor._wrap(bind(broadcast_in_dim_p, [g._impl], (x.shape, dims))[0])
@@ -156,7 +194,7 @@ def _einsum_vjp(params, cts, primals, outs):
 
 
 def _einsum_batch(params, bds, *xs):
-    spec, dt = params
+    spec, dt, prec = params
     ins, out = spec.split("->")
     free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in spec]
     bshape = _batch_shape(xs, bds)
@@ -168,7 +206,7 @@ def _einsum_batch(params, bds, *xs):
         terms.append(letters[:b] + term)
         args.append(x.astype(dt))
     full = ",".join(terms) + "->" + letters + out
-    return jnp.einsum(full, *args, preferred_element_type=dt)
+    return jnp.einsum(full, *args, preferred_element_type=dt, precision=lax_precision(prec))
 
 
 einsum_p = primitive(
@@ -207,7 +245,7 @@ def einsum(subscripts: str, *operands) -> Tensor:
     """
     impls, dt = _operands("einsum", operands)
     spec = subscripts.replace(" ", "")
-    return Tensor._wrap(bind(einsum_p, impls, (spec, dt))[0])
+    return Tensor._wrap(bind(einsum_p, impls, (spec, dt, matmul_precision(dt)))[0])
 
 
 def matmul(a, b) -> Tensor:
@@ -248,7 +286,7 @@ def matmul(a, b) -> Tensor:
         spec = "...ij,j->...i"
     else:
         spec = "...ij,...jk->...ik"
-    return Tensor._wrap(bind(einsum_p, [ai, bi], (spec, dt))[0])
+    return Tensor._wrap(bind(einsum_p, [ai, bi], (spec, dt, matmul_precision(dt)))[0])
 
 
 def _untransposed(impl) -> TensorImpl | None:
@@ -284,7 +322,7 @@ def _fold_transposes(ai, bi, na: int, nb: int, dt) -> Tensor | None:
     else:
         spec = "...j,kj->...k"
     ops = [ai if wa is None else wa, bi if wb is None else wb]
-    return Tensor._wrap(bind(einsum_p, ops, (spec, dt))[0])
+    return Tensor._wrap(bind(einsum_p, ops, (spec, dt, matmul_precision(dt)))[0])
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -309,4 +347,5 @@ def dot(a, b) -> Tensor:
     letters[kb] = la[-1]
     lb = "".join(letters)
     out = la[:-1] + lb.replace(la[-1], "")
-    return Tensor._wrap(bind(einsum_p, [ai, bi], (f"{la},{lb}->{out}", dt))[0])
+    params = (f"{la},{lb}->{out}", dt, matmul_precision(dt))
+    return Tensor._wrap(bind(einsum_p, [ai, bi], params)[0])

@@ -27,6 +27,7 @@ from ..tensor import Tensor, to_impl
 from . import _autocast
 from ._rules import derived_from_jax
 from ._util import is_concrete
+from .linalg import lax_precision, matmul_precision
 
 _shape_cache = _caches.Cache("ops.window_shapes", 4096)
 
@@ -48,11 +49,12 @@ def _eval_shape(name: str, params, avals, fn):
 
 
 # ---- conv ------------------------------------------------------------------------------------
-# params: (strides, padding ((lo, hi) per spatial dim), lhs_dilation, rhs_dilation, groups)
+# params: (strides, padding ((lo, hi) per spatial dim), lhs_dilation, rhs_dilation, groups,
+# precision): precision is nx.config matmul_precision for float32 convolutions (see linalg.py)
 
 
 def _conv_lower(params, x, w):
-    strides, padding, lhs_dil, rhs_dil, groups = params
+    strides, padding, lhs_dil, rhs_dil, groups, prec = params
     return lax.conv_general_dilated(
         x,
         w,
@@ -61,6 +63,7 @@ def _conv_lower(params, x, w):
         lhs_dilation=lhs_dil,
         rhs_dilation=rhs_dil,
         feature_group_count=groups,
+        precision=lax_precision(prec),
     )
 
 
@@ -147,6 +150,7 @@ def conv(x, w, strides=1, padding=0, lhs_dilation=1, rhs_dilation=1, groups=1, *
         _ints(op, "lhs_dilation", lhs_dilation, nd, 1),
         _ints(op, "dilation", rhs_dilation, nd, 1),
         groups,
+        matmul_precision(dt),
     )
     if xi.dtype != dt:
         xi = Tensor._wrap(xi).astype(dt)._impl
