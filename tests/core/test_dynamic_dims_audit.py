@@ -174,6 +174,19 @@ def test_nablax_messages_do_not_fall_back():
     assert msgs == [] and g.cache_info().traces == 1
 
 
+def test_messages_of_nablax_modules_format_sizes_without_a_decision():
+    # code of any nablax module (here one defined under such a name) formats sizes for its
+    # messages, also with a string format spec; the user's code doing the same falls back
+    ns = {"__name__": "nablax._audit_message_module"}
+    exec(  # noqa: S102 - a function whose module is a nablax one
+        "def message(x):\n    return f'{x.shape[0]:>4}|{x.shape}|' + repr(x.shape[0])\n", ns
+    )
+    seen = []
+    f, msgs = _sweep(lambda x: seen.append(ns["message"](x)) or x * 2)
+    assert msgs == [] and f.cache_info().traces == 1
+    assert seen[0] == "   n|(n, 3)|n" and seen[1] == "   4|(4, 3)|4"  # trace, then eager
+
+
 def test_log_records_show_the_symbol_without_falling_back(caplog):
     # a log line is a message, like nablax's own: the trace logs the symbolic shape once
     log = logging.getLogger("nablax.test_dynamic_dims_audit")

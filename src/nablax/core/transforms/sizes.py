@@ -432,10 +432,15 @@ class Size(_DimExpr):
     def __format__(self, spec: str) -> str:
         if not spec:
             return self._text("format({}) (an f-string or str.format)")
-        f = _user_frame(1)
+        f = _text_frame(1) if self._guard.active else _user_frame(1)
         if f is not None:
             self._guard.fail(f"format({show(self)}, {spec!r})", f)
-        raise TypeError(f"unsupported format string passed to a symbolic size: {spec!r}")
+        try:  # a message: the symbol's text, aligned or padded as a string ("{n:>6}")
+            return format(show(self), spec)
+        except ValueError:
+            raise TypeError(
+                f"unsupported format string passed to a symbolic size: {spec!r}"
+            ) from None
 
     def __getattr__(self, name: str):
         if name in _INT_ATTRS:  # int methods (bit_length, to_bytes, ...): need the value
