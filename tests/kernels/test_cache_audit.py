@@ -23,7 +23,11 @@ from nablax.kernels import _dbfile
 from nablax.kernels.cache import CacheFileError, PersistentCache, register_config_class
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-ENV = {**os.environ, "PYTHONPATH": str(SRC), "JAX_PLATFORMS": "cpu"}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+    "JAX_PLATFORMS": "cpu",
+}
 DEV, OP = "cpu|audit-device", "matmul@v1"
 
 HOLDER = """
@@ -141,7 +145,11 @@ def test_an_imported_but_undeclared_class_is_found_and_a_missing_one_is_named(tm
         "    block: int = 8\n"
     )
     db = tmp_path / "kernels.sqlite"
-    env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{SRC}"}
+    env = {
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(tmp_path), str(SRC), os.environ.get("PYTHONPATH")])
+        )
+    }
     store = f"""
         from nablax.kernels import PersistentCache
         import audit_cfgmod
