@@ -21,6 +21,10 @@ TINY = [
 def _start(args: list[str], cwd: Path) -> subprocess.Popen:
     env = dict(os.environ)  # inherit (NABLAX_CACHE_DIR from conftest, JAX settings, ...)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    # on a GPU, the embedding's scatter-add gradient sums with atomics unless XLA is asked for
+    # deterministic ops; the resume check compares losses bit for bit (a no-op on a CPU)
+    flags = env.get("XLA_FLAGS", "")
+    env["XLA_FLAGS"] = f"{flags} --xla_gpu_deterministic_ops=true".strip()
     return subprocess.Popen(
         [sys.executable, str(SCRIPT), *args],
         cwd=cwd,
