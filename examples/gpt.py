@@ -322,6 +322,11 @@ def main(argv: list[str] | None = None) -> dict:
     data = encode(text)
     split = int(0.9 * len(data))
     train, val = data[:split], data[split:]
+    if len(val) <= args.context + 1:
+        sys.exit(
+            f"examples/gpt.py: --data-mb {args.data_mb:g} gives {len(val)} held-out characters, "
+            f"fewer than --context {args.context} + 1; read more text or shorten the context"
+        )
     print(
         f"data: {len(data) / 1e6:.2f} M characters from {n_files} stdlib files, "
         f"{len(train)} train / {len(val)} held out; vocabulary {len(VOCAB)}"
