@@ -43,6 +43,7 @@ LAYERS = [
             "nablax.core.cpu_threads",
             "nablax.core.host_limits",
             "nablax.core.recompiles",
+            "nablax.core.host_memory",
         ),
     ),
     ("core build", ("nablax.core.build",)),

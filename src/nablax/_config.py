@@ -205,6 +205,18 @@ _register(
     process_wide=True,
 )
 _register(
+    "retain_host_memory",
+    True,
+    _bool_kind(),
+    "On Linux with glibc, raise malloc's mmap and trim thresholds (to 256 MiB and 1 GiB) when "
+    "nablax compiles its first program, so the buffers a step frees are reused by the next step "
+    "instead of being unmapped and faulted in again (a compiled GPT step on 2 cores spent 13 ms "
+    "of system time per step on that; see nablax/core/host_memory.py). The resident size stays "
+    "at the working set's peak. Off: glibc's defaults come back at the next compile. "
+    "Process-wide: set it with nx.config.update or the variable; nx.config.override refuses it.",
+    process_wide=True,
+)
+_register(
     "cache_dir",
     None,
     _folder_kind(),
@@ -266,17 +278,6 @@ _register(
     "this many times for the same argument shapes because values in its cache key changed "
     "(static_argnums/static_argnames, non-numeric leaves such as strings); 0 turns it off.",
 )
-_register(
-    "matmul_precision",
-    "float32",
-    _choice_kind("float32", "tensorfloat32", "bfloat16"),
-    "Precision of float32 (and complex64) matmuls, einsums, dots and convolutions: 'float32' "
-    "computes them in full float32 on every platform (PyTorch's default); 'tensorfloat32' and "
-    "'bfloat16' allow the faster TensorFloat-32 / bfloat16 passes of GPUs and TPUs (JAX's own "
-    "default is 'bfloat16'). Read when an operation is recorded and part of its program's cache "
-    "key; bfloat16 and float16 inputs are unaffected.",
-)
-
 _register(
     "matmul_precision",
     "float32",

@@ -33,7 +33,7 @@ import numpy as np
 
 from .. import _caches, _config
 from ..errors import ConcretizationError
-from . import cpu_threads, host_limits, recompiles
+from . import cpu_threads, host_limits, host_memory, recompiles
 from .context import CTX, reset_prune_threshold
 from .graph import SCALAR_TYPES, Literal, Var, encode, gc_paused, new_literal, new_var, run_steps
 
@@ -406,6 +406,7 @@ def _compile(key, baked_consts):
 
     _S.compiles += 1
     cpu_threads.apply()
+    host_memory.apply()
     if baked_consts is None:
         return jax.jit(program)
     # the scalars are literals: the program takes only the arrays (passing the unused scalar

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from types import FrameType
 
 from .. import _caches, _config
 
@@ -27,7 +28,7 @@ _warned = _caches.Cache("realize.recompile_warned_lines", 1024)  # lines warned 
 def _user_site() -> tuple[str, int, int] | None:
     """``(file, line, stack level for warnings.warn from note)`` of the first frame outside
     nablax."""
-    f = sys._getframe(2)
+    f: FrameType | None = sys._getframe(2)
     level = 2
     while f is not None:
         fn = f.f_code.co_filename

@@ -315,7 +315,9 @@ def _gather_winners(ct: Tensor, shape, structure, idx) -> Tensor:
     """``ct[index]`` where each update wrote the value that stayed, else zero (as JAX: with
     duplicate indices one update wins; out-of-range updates are dropped). Each update element gets
     an id; the ids are scattered like the updates and read back."""
-    target = _gather_shape(shape, structure, [(i.shape, i.dtype) for i in idx])
+    # dynamic ints and starts reach rules as Python ints: 0-d int32 operands
+    avals = [((), _INT32) if isinstance(i, int) else (i.shape, i.dtype) for i in idx]
+    target = _gather_shape(shape, structure, avals)
     count = int(np.prod(target, dtype=np.int64))
     ids = reshape(iota(dtypes.int32, (count,), 0) + 1, target)
     written = _scatter(_zeros(shape, dtypes.int32), ids, structure, idx, "set")

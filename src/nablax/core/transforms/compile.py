@@ -78,7 +78,7 @@ import numpy as np
 from ... import _config
 from ... import tree as _tree
 from ...errors import GraphBreakError
-from .. import cpu_threads, dtypes
+from .. import cpu_threads, dtypes, host_memory
 from ..context import CTX
 from ..host import host_array
 from ..realize import realize_impls
@@ -439,6 +439,7 @@ class Compiled:
             program, {k: n.params[1] for k, n in enumerate(placeholders) if n in SCALAR_ARGS}
         )
         cpu_threads.apply()  # see core/cpu_threads.py
+        host_memory.apply()  # see core/host_memory.py
         if dyn:  # exported once with symbolic shapes; jit specializes it per concrete size
             specs = [
                 jax.ShapeDtypeStruct(plain_tree(n.params[0]), n.params[1]) for n in placeholders
