@@ -155,8 +155,9 @@ from .core.ops.shape import (
     unsqueeze,
 )
 from .core.realize import CacheInfo
+from .core.realize_api import realize
 from .core.sharding import DeviceMesh, DimSpec, ShardingSpec, devices
-from .core.tensor import Tensor, realize
+from .core.tensor import Tensor
 from .core.transforms.checkpoint import checkpoint, remat
 from .core.transforms.compile import compile  # noqa: A004 - the public name is nx.compile
 from .core.transforms.control_flow import cond, fori_loop, scan, switch, while_loop

@@ -46,7 +46,8 @@ import ml_dtypes
 import numpy as np
 
 from . import tree as _tree
-from .core.tensor import Tensor, realize
+from .core.realize_api import realize
+from .core.tensor import Tensor
 
 _FORMAT = "nablax.tree/1"
 _META_KEY = "nablax"

@@ -8,7 +8,8 @@ The methods are thin delegations to the op families (core/ops/*.py) and the auto
 (core/transforms/vjp.py). Those sit above this module and import it, so this module reaches them
 through module references that ``nablax/core/ops/__init__.py`` binds once at import
 (:func:`bind_method_modules`); a type checker sees them through the ``TYPE_CHECKING`` imports
-below. Also here: :func:`to_impl` (anything array-like as an impl) and ``nx.realize``.
+below. Also here: :func:`to_impl` (anything array-like as an impl); ``nx.realize`` is in
+core/realize_api.py.
 """
 
 from __future__ import annotations
@@ -221,18 +222,13 @@ class Tensor:
     def __iter__(self):
         if not self.shape:
             raise TypeError("iteration over a 0-d tensor")
-        impl = self._impl
-        src = impl.src
+        impl, src = self._impl, self._impl.src
         if impl.batch_shape or CTX.tracing_depth or (src is not None and src[0].trace):
-            # inside nx.compile, nx.vmap or a differentiation trace: index lazily (``k1, k2 =
-            # nx.random.split(k)``, ``zip(layers, keys)``), no graph break and no lost gradient
+            # traced (compile, vmap, grad): index lazily, so ``k1, k2 = nx.random.split(k)`` and
+            # ``zip(layers, keys)`` are no graph break and keep gradients
             return (self[i] for i in range(self.shape[0]))
-        return self._iter_realized()
-
-    def _iter_realized(self):
         v = self._realized_value()
-        for i in range(self.shape[0]):
-            yield Tensor._wrap(impl_from_array(v[i]))
+        return (Tensor._wrap(impl_from_array(v[i])) for i in range(self.shape[0]))
 
     def __repr__(self) -> str:
         if self._impl.batch_shape:
@@ -580,29 +576,6 @@ def _no_sharding_rules(impl):
 # ``Tensor.sharding`` of a tensor without an explicit spec: layouts propagated through the ops'
 # sharding rules. core/sharding.py, a layer above this module, sets it when it is imported.
 _sharding_of = _no_sharding_rules
-
-
-def realize(*tensors) -> None:
-    """Compute all pending work behind ``tensors`` as one program (pytrees of tensors allowed).
-
-    >>> import nablax as nx
-    >>> a = nx.ones(3) * 2
-    >>> b = a + 1
-    >>> nx.realize(a, b)
-    >>> a.is_realized and b.is_realized
-    True
-    """
-    if len(tensors) == 1 and type(tensors[0]) is Tensor:  # the common nx.realize(x)
-        impl = tensors[0]._impl
-        if impl.value is None:
-            realize_impls([impl])
-        return
-    impls = []
-    for t in jax.tree_util.tree_leaves(tensors):  # a Tensor is a leaf (not a pytree node)
-        if isinstance(t, Tensor) and t._impl.value is None:
-            impls.append(t._impl)
-    if impls:
-        realize_impls(impls)
 
 
 def bind_method_modules(**modules: Any) -> None:
