@@ -32,6 +32,9 @@ the same batches in the same order. Peers:
   ``torch.optim.AdamW``;
 - **torch.compile**: the same model's forward and loss under ``torch.compile`` (the backward pass
   through AOTAutograd), the clip and AdamW eager. If it fails here, the reason is printed.
+- torch and torch.compile run with PyTorch's default intra-op threads and again with
+  ``torch.set_num_threads(1)`` ("1 thread" rows; CPU only): on a loaded machine its OpenMP
+  threads can be many times slower than one. "vs torch eager" divides by the faster eager row.
 
 Measurements. *Check*: each peer trains ``--check-steps`` steps from the shared weights and empty
 caches (``nx.clear_caches()`` before each nablax peer; a fresh ``jax.jit`` and ``torch.compile``);
@@ -78,7 +81,15 @@ SIZES = {  # layers, width, heads, context, batch
 LR, B1, B2, EPS, WD, CLIP = 1e-3, 0.9, 0.999, 1e-8, 0.01, 1.0
 VOCAB = len(gpt.VOCAB)
 N_BATCHES = 16  # distinct batches, cycled
-ROWS = ("nablax", "nx.compile", "jax.jit", "torch", "torch 1 thread", "torch.compile")
+ROWS = (
+    "nablax",
+    "nx.compile",
+    "jax.jit",
+    "torch",
+    "torch 1 thread",
+    "torch.compile",
+    "torch.compile 1 thread",
+)
 
 
 class XlaCompiles:
@@ -334,8 +345,9 @@ def make_runner(name: str, state_np, batches, cfg, devices):
     if name == "jax.jit":
         return JaxRunner(state_np, batches, cfg, devices["jax"])
     if name.startswith("torch"):
-        n = 1 if name == "torch 1 thread" else devices["threads"]
-        return TorchRunner(state_np, batches, cfg, devices["torch"], name == "torch.compile", n)
+        n = 1 if name.endswith("1 thread") else devices["threads"]
+        compiled = name.startswith("torch.compile")
+        return TorchRunner(state_np, batches, cfg, devices["torch"], compiled, n)
     return NablaxRunner(state_np, batches, cfg, name == "nx.compile", devices["attention"])
 
 
@@ -455,19 +467,19 @@ def main(argv: list[str] | None = None) -> int:
     batches = make_batches(cfg)
     prime(devices)
 
-    skip = {"torch.compile"} if args.no_torch_compile else set()
-    if args.device == "gpu":
-        skip.add("torch 1 thread")  # CPU threads do not compute on a GPU
+    skip = {"torch.compile", "torch.compile 1 thread"} if args.no_torch_compile else set()
+    if args.device == "gpu":  # CPU threads do not compute on a GPU
+        skip |= {"torch 1 thread", "torch.compile 1 thread"}
     rows = [r for r in ROWS if r not in skip]
     checks, failed = {}, {}
     for name in rows:
         try:
             checks[name] = check(name, state_np, batches, cfg, devices, args.check_steps)
         except Exception as e:  # torch.compile may lack a compiler or a backend here
-            if name != "torch.compile":
+            if not name.startswith("torch.compile"):
                 raise
             failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-            print(f"- torch.compile failed here, left out: {failed[name]}")
+            print(f"- {name} failed here, left out: {failed[name]}")
     rows = [r for r in rows if r in checks]
     ref_t, ref_j = checks["torch"]["losses"], checks["jax.jit"]["losses"]
     print(f"- losses, step 1 -> {args.check_steps}: " + ", ".join(
