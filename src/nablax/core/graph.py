@@ -55,7 +55,10 @@ class Literal:
 
     ``weak``: a weakly typed Python scalar of an element-wise op (``x * 1.5``): derivative rules
     see the scalar itself, as JAX's do. Other scalars (``nx.where(c, 0.0, x)``, ``nx.full``) are
-    constants of their dtype, seen by rules as 0-d tensors."""
+    constants of their dtype, seen by rules as 0-d tensors. ``weak == POSITION``: an index
+    position (``x[i]``, a slice start, an ``.at[]`` position; core/prims/index_dynamic.py), seen by
+    rules as the Python int, which realization always passes as a runtime argument (never baked
+    into a program: a decode loop's positions change every step)."""
 
     __slots__ = ("value", "dtype", "weak")
 
@@ -80,6 +83,7 @@ class Literal:
 
 
 new_literal = object.__new__
+POSITION = 2  # Literal.weak of an index position (truthy: rules see the int itself)
 
 
 def scalar_literal(value: Any, dtype) -> Literal:

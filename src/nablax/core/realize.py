@@ -35,7 +35,17 @@ from .. import _caches, _config
 from ..errors import ConcretizationError
 from . import cpu_threads, host_limits, host_memory, recompiles
 from .context import CTX, reset_prune_threshold
-from .graph import SCALAR_TYPES, Literal, Var, encode, gc_paused, new_literal, new_var, run_steps
+from .graph import (
+    POSITION,
+    SCALAR_TYPES,
+    Literal,
+    Var,
+    encode,
+    gc_paused,
+    new_literal,
+    new_var,
+    run_steps,
+)
 
 
 @dataclass(frozen=True)
@@ -177,7 +187,7 @@ def _boundary(rest: dict, first: dict) -> list:
 
 
 def _run(seen: dict, boundary, only=None) -> None:
-    node_pos, key, leaves, consts, out_impls = _structure(seen, boundary, only)
+    node_pos, key, args, consts, out_impls = _structure(seen, boundary, only)
     entry = _S.cache.get(key)
     if entry is None:
         recompiles.note(key)
@@ -197,7 +207,7 @@ def _run(seen: dict, boundary, only=None) -> None:
             fn = entry.param_fn = _compile(key, None)
             entry.baked_fn = entry.baked_bytes = None
     # the baked program takes only the arrays (its scalars are literals)
-    results = entry.baked_fn(leaves) if fn is None else fn(leaves, consts)  # type: ignore[misc]
+    results = entry.baked_fn(args) if fn is None else fn(args, consts)  # type: ignore[misc]
     _S.realizations += 1
     CTX.epoch += 1
     _store(out_impls, results)
@@ -330,6 +340,7 @@ def _structure(seen: dict, boundary=(), only=None):
     ext_desc: list = []  # per external: (shape, dtype) of a leaf, or the dtype of a scalar
     add_desc = ext_desc.append
     const_groups: dict = {}  # dtype -> list of python values (in order)
+    positions: list = []  # index positions: always runtime arguments (graph.POSITION)
     for inp in ext:
         if type(inp) is Var:
             m, j = inp
@@ -337,6 +348,10 @@ def _structure(seen: dict, boundary=(), only=None):
         else:
             arr = inp.value
             if type(arr) in SCALAR_TYPES:
+                if inp.weak == POSITION:
+                    add_desc("position")
+                    positions.append(arr)
+                    continue
                 dt = inp.dtype
                 add_desc(dt)
                 group = const_groups.get(dt)
@@ -370,21 +385,26 @@ def _structure(seen: dict, boundary=(), only=None):
     group_dtypes = tuple(const_groups)
     consts = tuple(np.asarray(const_groups[d], dtype=d) for d in group_dtypes)
     key = (tuple(steps), tuple(ext_desc), tuple(out_codes), n)
-    return node_pos, key, leaves, consts, out_impls
+    pos = np.asarray(positions, dtype=np.int32) if positions else None
+    return node_pos, key, (leaves, pos), consts, out_impls
 
 
 def _compile(key, baked_consts):
-    """A jitted program for structure ``key``: ``fn(leaves, consts)``, or ``fn(leaves)`` with the
+    """A jitted program for structure ``key``: ``fn((leaves, positions), consts)``, or ``fn((leaves, positions))`` with the
     scalars as literals when ``baked_consts`` is given."""
     steps, ext_desc, out_codes, n_slots = key
     group_index: dict = {}
     group_size: list = []
     plan = []  # per external: (True, leaf index) or (False, (group, index in group))
     n_leaves = 0
+    n_pos = 0
     for desc in ext_desc:
         if type(desc) is tuple:  # a leaf's (shape, dtype)
             plan.append((True, n_leaves))
             n_leaves += 1
+        elif desc == "position":  # an index position: the next runtime position
+            plan.append((None, n_pos))
+            n_pos += 1
         else:  # a scalar's dtype: the next value of that dtype's group
             g = group_index.setdefault(desc, len(group_index))
             if g == len(group_size):
@@ -392,11 +412,14 @@ def _compile(key, baked_consts):
             plan.append((False, (g, group_size[g])))
             group_size[g] += 1
 
-    def program(leaves, consts):
+    def program(args, consts):
+        leaves, positions = args
         ext = []
         for is_leaf, where in plan:
             if is_leaf:
                 ext.append(leaves[where])
+            elif is_leaf is None:
+                ext.append(positions[where])
             elif baked_consts is not None:  # numpy 0-d values: literals of the program
                 ext.append(baked_consts[where[0]][where[1]])
             else:
@@ -409,9 +432,9 @@ def _compile(key, baked_consts):
     host_memory.apply()
     if baked_consts is None:
         return jax.jit(program)
-    # the scalars are literals: the program takes only the arrays (passing the unused scalar
-    # arrays would still cost a host-to-device transfer per call)
-    return jax.jit(lambda leaves: program(leaves, None))
+    # the scalars are literals: the program takes only the arrays and positions (passing the
+    # unused scalar arrays would still cost a host-to-device transfer per call)
+    return jax.jit(lambda args: program(args, None))
 
 
 def _evict() -> None:

@@ -47,6 +47,8 @@ def _short(v, n: int = 80) -> str:
 def _ext(d) -> str:
     if type(d) is tuple:  # a leaf: (shape, dtype)
         return f"array {d[1]}{list(d[0])}"
+    if d == "position":
+        return "an index position"
     return f"scalar {d}"
 
 

@@ -34,7 +34,6 @@ from ... import _caches
 from ...errors import ShapeError, op_error
 from .. import dtypes
 from ..build import TensorImpl, bind, impl_from_array
-from ..graph import scalar_literal
 from ..host import exact_scalar
 from ..primitive import primitive
 from ..tensor import Tensor, to_impl
@@ -48,6 +47,7 @@ from .index_dynamic import INT32 as _INT32
 from .index_dynamic import T as _T
 from .index_dynamic import axes_of as _axes_of
 from .index_dynamic import dynamic as _dynamic
+from .index_dynamic import position
 from .index_dynamic import windows as _windows
 from .shape import pad, reshape
 
@@ -165,7 +165,7 @@ def fill_value(code):
 def _idx_ref(i):
     """An index operand for a rule's gather/scatter: a Tensor's impl, or a dynamic int or start
     (rules see those as the Python int itself, see :func:`_dynamic`) as its ``Literal`` again."""
-    return i._impl if isinstance(i, Tensor) else scalar_literal(i, _INT32)
+    return i._impl if isinstance(i, Tensor) else position(i)
 
 
 def _gather(x: Tensor, structure, idx, params=None) -> Tensor:

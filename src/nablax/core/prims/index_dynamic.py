@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ...errors import op_error
-from ..graph import scalar_literal
+from ..graph import POSITION, scalar_literal
 
 T = ("t",)  # placeholder for an index tensor in the structure
 INT32 = np.dtype(np.int32)
@@ -95,7 +95,7 @@ def dynamic(shape, structure: list, tensors: list):
                     f"index {v} is out of bounds for axis {ax} with size {n} (tensor shape {shape})",
                 )
             new_s.append(("I",))
-            new_t.append(scalar_literal(v + n if v < 0 else v, INT32))
+            new_t.append(position(v + n if v < 0 else v))
             continue
         if kind == "s" and ax is not None and ax < len(shape) and None not in s[1:3]:
             step = 1 if s[3] is None else s[3]
@@ -106,7 +106,14 @@ def dynamic(shape, structure: list, tensors: list):
                 if 0 < length and not (step == 1 and length == n):
                     lo = start if step > 0 else start + (length - 1) * step
                     new_s.append(("S", length, step))
-                    new_t.append(scalar_literal(lo, INT32))
+                    new_t.append(position(lo))
                     continue
         new_s.append(s)
     return new_s, new_t
+
+
+def position(v: int):
+    """The ``Literal`` of an index position: a 0-d int32 runtime value (``weak=POSITION``)."""
+    lit = scalar_literal(v, INT32)
+    lit.weak = POSITION
+    return lit
