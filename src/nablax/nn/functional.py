@@ -27,6 +27,7 @@ from ..core.ops import reduce as _red
 from ..core.ops import shape as _sh
 from ..core.prims import _autocast
 from ..core.prims import fused as _fused
+from ..core.prims import fused_nn as _fused_nn
 from ..core.prims import window as _win
 from ..core.tensor import Tensor, to_impl
 from ..errors import DTypeError, ShapeError, op_error
@@ -304,6 +305,9 @@ def linear(input, weight, bias=None) -> Tensor:
     [[2.0, 2.0, 2.0]]
     """
     x, w = _t(input), _t(weight)
+    fused = _fused_nn.linear(x, w, bias)  # one node and one backward node (issue 37)
+    if fused is not None:
+        return fused
     if x.ndim >= 1 and w.ndim == 2:
         # one einsum, no transpose node: the weight's gradient comes out in (out, in) order
         # directly (``x @ w.T`` would make XLA copy a transposed gradient every step)
@@ -370,6 +374,8 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
             "nn.functional.layer_norm",
             f"input {x.shape} does not end with normalized_shape {shape}",
         )
+    if _fused_nn.layer_norm_fusable(x, shape, weight, bias):
+        return _fused_nn.layer_norm(x, len(shape), weight, bias, eps)  # one node (issue 37)
     axes = tuple(range(x.ndim - len(shape), x.ndim))
     mu = x.mean(axis=axes, keepdims=True)
     xc = x - mu

@@ -18,6 +18,7 @@ from ..core.ops import creation as _cr
 from ..core.ops import elementwise as _ew
 from ..core.ops import reduce as _red
 from ..core.prims import fused as _fused
+from ..core.prims import fused_nn as _fused_nn
 from ..core.tensor import Tensor
 from ..errors import DTypeError, op_error
 from ._base import (
@@ -416,6 +417,10 @@ def clip_by_global_norm(max_norm: float) -> GradientTransformation:
 
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, EmptyState]:
         check_state(api, state, EmptyState)
+        leaves, treedef = _tree.flatten(updates)
+        fused = _fused_nn.clip_by_global_norm(leaves, max_norm)  # float32 leaves: one node
+        if fused is not None:
+            return _tree.unflatten(treedef, fused), state
         norm = _global_norm(updates, api)
         small = norm < max_norm
 

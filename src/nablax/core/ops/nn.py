@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import math
-
 from .. import dtypes
 from ..prims import _autocast
+from ..prims import fused_nn as _fused_nn
 from ..prims._util import norm_axes
 from ..prims.elementwise import relu as _relu
 from ..tensor import Tensor, to_impl
@@ -48,10 +47,9 @@ def relu(x) -> Tensor:
 def gelu(x, approximate: bool = True) -> Tensor:
     """GELU as ``jax.nn.gelu`` (tanh approximation by default)."""
     x = _t(x)
-    if approximate:
-        c = math.sqrt(2 / math.pi)
-        return 0.5 * x * (1 + tanh(c * (x + 0.044715 * (x * x * x))))
-    return 0.5 * x * (1 + erf(x / math.sqrt(2)))
+    if dtypes.is_floating(x.dtype):
+        return _fused_nn.gelu(x, approximate)  # one node, one backward node (prims/fused_nn.py)
+    return _fused_nn.gelu_formula(x, approximate, tanh, erf)
 
 
 def silu(x) -> Tensor:

@@ -1,7 +1,7 @@
 """The primitives: nablax's equivalent of ``jax.lax``.
 
 One module per family (elementwise, shape, reduce, index, linalg, random, creation,
-window, and the optimizers' fused updates). Each declares
+window, the optimizers' fused updates and the fused layers). Each declares
 its primitives as records (core/primitive.py) holding every rule (shape/dtype, lowering, jvp, vjp,
 batching, sharding) in one place, together with the builder functions that bind them. The
 NumPy-style composites (``mean``, ``softmax``, ``take_along_axis``, ...) live above, in
@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     creation,
     elementwise,
     fused,
+    fused_nn,
     index,
     linalg,
     random,

@@ -1,0 +1,235 @@
+"""Fused primitives for a transformer's training step: layer norm, GELU, linear, clipping.
+
+An eager step pays a few microseconds of Python per graph node. Written as separate ops, a layer
+norm with its affine parameters builds about a dozen forward nodes (two means, the centring, the
+variance, ``rsqrt``, the scale and the shift) and some thirty backward nodes; the tanh GELU about
+ten forward and twenty backward. Here each is one forward node, and its backward pass one derived
+``vjp[...]`` node (``derived_from_jax``: ``jax.vjp`` of the lowering, whose own rules are derived
+the same way, so higher orders and ``jax.vmap`` batching work):
+
+- :data:`layer_norm_p`: ``(x - mean) * rsqrt(var + eps)`` over the last ``n_axes`` dims (biased
+  variance), times an optional weight, plus an optional bias, all of one float dtype
+  (``nn.functional.layer_norm``);
+- :data:`gelu_p`: GELU, ``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))`` or exact
+  ``0.5 * x * (1 + erf(x / sqrt(2)))`` (``nx.gelu``, ``nn.functional.gelu``);
+- :data:`linear_p`: ``x @ weight.T + bias`` (``nn.functional.linear`` with a bias; the product is
+  the ``einsum`` node's lowering with its params: dtype under ``nx.autocast``, matmul precision);
+- :data:`clip_by_global_norm_p`: every float32 leaf of a tree clipped to a global norm in one
+  node (``optim.clip_by_global_norm``), instead of about six nodes per leaf.
+
+The lowerings are the ``jax.numpy`` ops the separate nodes lowered to, in the same order, so XLA
+fuses them as before and the numbers do not change. Sharding: an output is laid out as its input
+(linear: as the einsum's rule says); the derived backward node lays each cotangent out as its
+primal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from .. import dtypes
+from ..build import bind
+from ..primitive import primitive
+from ..tensor import Tensor
+from . import _autocast, _shard, linalg
+from ._rules import derived_from_jax
+
+# ---- layer normalization ---------------------------------------------------------------------
+# params: (n_axes, eps, has_weight, has_bias); inputs: x, then the weight and bias when present
+
+_LN_DTYPES = frozenset({np.dtype(np.float32), np.dtype(np.float64)})
+
+
+def _layer_norm_lower(params, x, *affine):
+    n_axes, eps, has_w, has_b = params
+    axes = tuple(range(x.ndim - n_axes, x.ndim))
+    mu = jnp.mean(x, axis=axes, keepdims=True)
+    xc = x - mu
+    var = jnp.mean(jnp.square(xc), axis=axes, keepdims=True)
+    y = xc * lax.rsqrt(var + eps)
+    if has_w:
+        y = y * affine[0]
+    if has_b:
+        y = y + affine[-1]
+    return y
+
+
+def _layer_norm_aval(params, x, *affine):
+    return (x,)
+
+
+layer_norm_p = primitive(
+    "layer_norm",
+    _layer_norm_aval,
+    _layer_norm_lower,
+    rules=derived_from_jax,
+    shard=_shard.same_as_input,
+    doc="Layer normalization over the last dims with optional weight and bias "
+    "(nn.functional.layer_norm), fused.",
+)
+
+
+def layer_norm_fusable(x: Tensor, shape: tuple, weight, bias) -> bool:
+    """Whether :func:`layer_norm` applies: ``x`` float32/float64, the weight and bias (when
+    given) tensors of ``x``'s dtype and of shape ``shape`` exactly. Other cases (half precision,
+    broadcast or mixed-dtype affine parameters) keep the separate ops and their promotions."""
+    if x.dtype not in _LN_DTYPES or not shape:
+        return False
+    for a in (weight, bias):
+        if a is not None and not (
+            isinstance(a, Tensor) and a.dtype == x.dtype and a.shape == shape
+        ):
+            return False
+    return True
+
+
+def layer_norm(x: Tensor, n_axes: int, weight, bias, eps: float) -> Tensor:
+    """Layer norm of ``x`` over its last ``n_axes`` dims in one node (arguments checked by the
+    caller with :func:`layer_norm_fusable`)."""
+    ins = [x._impl]
+    if weight is not None:
+        ins.append(weight._impl)
+    if bias is not None:
+        ins.append(bias._impl)
+    params = (int(n_axes), float(eps), weight is not None, bias is not None)
+    return Tensor._wrap(bind(layer_norm_p, ins, params)[0])
+
+
+# ---- GELU ------------------------------------------------------------------------------------
+# params: (approximate,)
+
+_GELU_C = math.sqrt(2 / math.pi)
+_SQRT2 = math.sqrt(2)
+
+
+def gelu_formula(x, approximate: bool, tanh, erf):
+    """GELU written with ``tanh``/``erf`` of the caller's library (JAX's in the lowering)."""
+    if approximate:
+        return 0.5 * x * (1 + tanh(_GELU_C * (x + 0.044715 * (x * x * x))))
+    return 0.5 * x * (1 + erf(x / _SQRT2))
+
+
+def _gelu_lower(params, x):
+    return gelu_formula(x, params[0], jnp.tanh, lax.erf)
+
+
+def _gelu_aval(params, x):
+    return (x,)
+
+
+gelu_p = primitive(
+    "gelu",
+    _gelu_aval,
+    _gelu_lower,
+    rules=derived_from_jax,
+    shard=_shard.same_as_input,
+    doc="GELU, tanh approximation or exact (nx.gelu, nn.functional.gelu), fused.",
+)
+
+
+def gelu(x: Tensor, approximate: bool) -> Tensor:
+    """GELU of the float tensor ``x`` in one node."""
+    return Tensor._wrap(bind(gelu_p, [x._impl], (bool(approximate),))[0])
+
+
+# ---- linear with bias ------------------------------------------------------------------------
+# params: (the einsum's params for "...i,oi->...o",); inputs: x, weight (out, in), bias (out,)
+
+
+def _linear_lower(params, x, w, b):
+    y = linalg.einsum_p.lower(params[0], x, w)
+    return y + b.astype(y.dtype)  # nx.autocast: the bias cast as the product's inputs
+
+
+def _linear_aval(params, x, w, b):
+    return linalg.einsum_p.abstract_eval(params[0], x, w)
+
+
+def _linear_shard(params, in_layouts, in_avals, out_avals):
+    return _shard.einsum(params[0], in_layouts[:2], in_avals[:2], out_avals)
+
+
+linear_p = primitive(
+    "linear",
+    _linear_aval,
+    _linear_lower,
+    rules=derived_from_jax,
+    shard=_linear_shard,
+    doc="x @ weight.T + bias with a (out, in) weight (nn.functional.linear), fused.",
+)
+
+
+def linear(x: Tensor, w: Tensor, b) -> Tensor | None:
+    """``x @ w.T + b`` in one node (and one backward node), or None where the separate einsum
+    and add are needed: ``b`` not a float tensor of shape ``(out,)``, shapes that do not match,
+    non-float products, or a bias whose dtype (after ``nx.autocast``'s cast) is not the
+    product's (the add would promote)."""
+    if not (isinstance(b, Tensor) and x.ndim >= 1 and w.ndim == 2 and b.shape == w.shape[:1]):
+        return None
+    if x.shape[-1:] != w.shape[1:]:
+        return None
+    dt = dtypes.promote(x.dtype, w.dtype)
+    if not dtypes.is_floating(dt):
+        return None
+    dt = _autocast.compute_dtype("linear", dt)
+    if _autocast.compute_dtype("linear", b.dtype) != dt:
+        return None
+    params = (_einsum_params("...i,oi->...o", dt),)
+    return Tensor._wrap(bind(linear_p, [x._impl, w._impl, b._impl], params)[0])
+
+
+def _einsum_params(spec: str, dt) -> tuple:
+    """The params linalg's builders give an einsum node computing in ``dt``."""
+    return (spec, dt, linalg.matmul_precision(dt))
+
+
+# ---- clip by global norm over a whole tree ---------------------------------------------------
+# params: (max_norm,); inputs: every float32 leaf; outputs: each leaf clipped
+
+
+def _clip_lower(params, *gs):
+    (max_norm,) = params
+    total = None
+    for g in gs:  # summed leaf by leaf in order, as optim's _global_norm adds them
+        s = jnp.sum(g * g)
+        total = s if total is None else total + s
+    norm = jnp.sqrt(total)
+    small = norm < max_norm
+    return tuple(jnp.where(small, g, (g / norm) * max_norm) for g in gs)
+
+
+def _clip_aval(params, *gs):
+    return gs
+
+
+def _clip_shard(params, in_layouts, in_avals, out_avals):
+    return tuple(in_layouts)  # each clipped leaf laid out as the leaf
+
+
+clip_by_global_norm_p = primitive(
+    "clip_by_global_norm",
+    _clip_aval,
+    _clip_lower,
+    multiple_results=True,
+    rules=derived_from_jax,
+    shard=_clip_shard,
+    doc="Every leaf scaled by max_norm / global norm when that norm exceeds max_norm "
+    "(optim.clip_by_global_norm on float32 leaves), fused.",
+)
+
+_F32 = np.dtype(np.float32)
+
+
+def clip_by_global_norm(leaves: list, max_norm: float) -> list | None:
+    """The float32 tensors ``leaves`` clipped to global norm ``max_norm`` in one node (the norm,
+    ``norm < max_norm`` and each ``where(small, g, (g / norm) * max_norm)`` in float32, as
+    ``optim.clip_by_global_norm`` computes them), or None where some leaf is not a float32 tensor
+    (those keep the separate ops, with their casts) or there is no leaf."""
+    if not leaves or not all(isinstance(g, Tensor) and g.dtype == _F32 for g in leaves):
+        return None
+    outs = bind(clip_by_global_norm_p, [g._impl for g in leaves], (float(max_norm),))
+    return [Tensor._wrap(o) for o in outs]
