@@ -217,22 +217,24 @@ _CATEGORICAL = getattr(nx.random, "categorical", None)  # Gumbel-max by hand whe
 def sample(model, prompt: str, length: int, *, context: int, temperature: float, key, rows=1):
     """``rows`` continuations of ``prompt``, ``length`` characters each.
 
-    The context lives in a fixed ``(rows, context)`` buffer: while it is filling, token ``pos`` is
-    written with ``buf.at[:, pos].set(tok)`` and keys at ``pos`` and after are masked; once full,
-    it slides left by one. Every step has the same shapes, and the positions are runtime values,
-    so the loop compiles a bounded number of programs whatever ``length`` is."""
+    The context lives in a fixed ``(rows, context)`` buffer. Every step is the same program:
+    the model reads the buffer with keys past the last written position masked (row ``p - 1``
+    of a lower-triangular table), the next token is written at its position with
+    ``buf.at[:, pos].set(tok)``, and once the buffer is full it first slides left by one (chosen
+    by a flag tensor, so filling and sliding share the program). Positions are runtime values,
+    so the whole loop compiles one program whatever ``length`` is."""
     ids = encode(prompt)[-context:] if prompt else np.array([VOCAB.index("\n")], np.uint8)
-    buf = nx.zeros((rows, context), dtype=nx.int32)
-    buf = buf.at[:, : len(ids)].set(nx.tensor(np.broadcast_to(ids, (rows, len(ids))), nx.int32))
+    start = np.zeros((rows, context), np.int32)
+    start[:, : len(ids)] = ids
+    buf = nx.tensor(start)
+    visible = nx.tril(nx.ones((context, context), dtype=nx.bool_))  # row p - 1: first p keys
+    nx.realize(visible)
     pos = len(ids)  # the next position to write
-    iota = nx.arange(context)
     out = []
     for _ in range(length):
         key, sub = nx.random.split(key)
-        if pos < context:
-            logits = model(buf, valid=iota < pos)[:, pos - 1]
-        else:
-            logits = model(buf)[:, context - 1]
+        p = min(pos, context)  # tokens in the buffer
+        logits = model(buf, valid=visible[p - 1])[:, p - 1]
         if temperature <= 0:
             tok = nx.argmax(logits, axis=-1).astype(nx.int32)
         elif _CATEGORICAL is not None:
@@ -240,11 +242,10 @@ def sample(model, prompt: str, length: int, *, context: int, temperature: float,
         else:  # Gumbel-max: the same distribution
             u = nx.random.uniform(sub, logits.shape, minval=1e-20, maxval=1.0)
             tok = nx.argmax(logits / temperature - nx.log(-nx.log(u)), axis=-1).astype(nx.int32)
-        if pos < context:
-            buf = buf.at[:, pos].set(tok)
-            pos += 1
-        else:
-            buf = nx.concatenate([buf[:, 1:], tok[:, None]], axis=1)
+        full = nx.tensor(pos >= context)  # a value, not a program: filling and sliding share one
+        buf = nx.where(full, nx.concatenate([buf[:, 1:], buf[:, :1]], axis=1), buf)
+        buf = buf.at[:, min(pos, context - 1)].set(tok)
+        pos += 1
         nx.realize(tok, buf, key)  # one program; nothing pending is carried to the next step
         out.append(tok.numpy())
     return [prompt + decode(col) for col in np.stack(out, axis=1)]
