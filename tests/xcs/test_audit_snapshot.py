@@ -290,3 +290,20 @@ def p_method_changes_its_object():
 
 def test_a_method_that_changes_its_object_runs_in_order():
     run_both(p_method_changes_its_object)
+
+
+@xcs.mark_orchestration(effects=False)
+def make_opaque(delay=0.05):
+    time.sleep(delay)
+    return Opaque()
+
+
+def p_uncopyable_result_changed_after_use():
+    o = make_opaque()
+    r = look(o)  # submitted before o exists; o cannot be copied
+    o.items.append("late")  # the program's read waits until look has what it needs
+    return r
+
+
+def test_uncopyable_result_reaches_its_consumers_before_the_program_changes_it():
+    run_both(p_uncopyable_result_changed_after_use)

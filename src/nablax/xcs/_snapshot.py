@@ -213,7 +213,8 @@ def keep_result(node: Any, result: Any) -> None:
 
 def given(x: Any, depth: int = 0) -> Any:
     """What a call receives: ``x`` with each pending value replaced by its result as the call
-    that made it returned it (a fresh copy for each call), never a future."""
+    that made it returned it (a fresh copy for each call), never a future. Read without
+    ``Lazy.value`` (the program's read, which may wait for this very call)."""
     if isinstance(x, Pending):
         kept = x.node._pristine
         if kept is not None:
@@ -221,19 +222,22 @@ def given(x: Any, depth: int = 0) -> Any:
                 return snapshot(kept[0], "result")
             except Uncopyable:  # pragma: no cover - it was copied once
                 return kept[0]
-        return resolve(x)
+        return x._eval()
     if isinstance(x, Lazy):
-        return resolve(x)
+        return x._eval()
     if depth > 64:
-        return resolve(x)
+        return x
     t = type(x)
-    if t is list or t is tuple:
+    if t is list or t is tuple or t is set or t is frozenset:
         vals = [given(v, depth + 1) for v in x]
         return x if all(a is b for a, b in zip(vals, x)) else t(vals)
     if t is dict:
         vals = {k: given(v, depth + 1) for k, v in x.items()}
         return x if all(vals[k] is v for k, v in x.items()) else vals
-    return resolve(x)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # namedtuple
+        vals = [given(v, depth + 1) for v in x]
+        return x if all(a is b for a, b in zip(vals, x)) else t(*vals)
+    return x
 
 
 def resolve_in_place(x: Any, depth: int = 0) -> Any:

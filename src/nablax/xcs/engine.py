@@ -272,9 +272,7 @@ class Engine:
                 scheduler.submit(self.executor, self._run, fn, args, kw, node, fut)
             else:  # another process (Dask, a process pool): the user's function, real values
                 node.start = time.perf_counter() - self.t0
-                if node.deps:
-                    args, kw = given(args), given(kw)
-                remote = scheduler.submit(self.executor, fn, *resolve(args), **resolve(kw))
+                remote = scheduler.submit(self.executor, fn, *given(args), **given(kw))
                 remote.add_done_callback(lambda r: self._finish_remote(r, node, fut))
         except BaseException as e:  # noqa: BLE001 - the executor refused the work
             node.error = f"the executor did not take the call: {type(e).__name__}: {e}"[:200]
@@ -290,9 +288,8 @@ class Engine:
             return
         node.start = time.perf_counter() - self.t0
         try:
-            if node.deps:  # results of other calls, as those calls returned them
-                args, kw = given(args), given(kw)
-            result = fn(*resolve(args), **resolve(kw))
+            # results of other calls as those calls returned them, never a future
+            result = fn(*given(args), **given(kw))
         except BaseException as e:  # noqa: BLE001 - delivered to whoever reads the value
             node.end = time.perf_counter() - self.t0
             node.error = f"{type(e).__name__}: {e}"[:200]
