@@ -167,7 +167,9 @@ def test_uint32_keeps_exact_ints_beyond_int32_and_float_tensors_are_untouched():
     u = nx.tensor(np.array([1, 2], np.uint32))
     assert (u + (2**32 - 1)).tolist() == [0, 1]  # fits uint32 exactly: no error, no wrap of it
     f = nx.tensor(np.array([1.0], np.float16))
-    assert (f + 300).tolist() == [301.0] and (f + 2**40).tolist() == [float("inf")]
+    assert (f + 300).tolist() == [301.0] and (f + 300).dtype == np.float16
+    g = nx.tensor(np.array([1.0], np.float32))  # JAX raises here; nablax rounds, as for a float
+    assert (g + 2**40).tolist() == [float(np.float32(2**40 + 1))]
 
 
 @pytest.mark.parametrize("dt", [np.int8, np.uint8, np.int16, np.int32, np.uint32])
