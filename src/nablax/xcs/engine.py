@@ -344,6 +344,11 @@ class Engine:
             # raise a failure the moment it happens, and then only calls up to this one
             scheduler.wait(woke, only=functools.partial(self._needed_by, pending.node.id))
 
+    @staticmethod
+    def returned(pending: Pending, value: Any) -> Any:
+        """``pending``'s result as its call returned it (a copy), else ``value`` as it is now."""
+        return given(pending) if pending.node._pristine is not None else value
+
     def _needed_by(self, k: int, work: Any) -> bool:
         run = work.fn
         return getattr(run, "__self__", None) is self and work.args[3].id <= k

@@ -289,12 +289,7 @@ def _eval_tree(x: Any) -> Any:
     program may have changed the object since: ``c = a + b; a.append(x)``)."""
     if isinstance(x, Pending):
         value = x._eval()
-        kept = getattr(x.node, "_pristine", None)
-        if kept is None:
-            return value
-        from ._snapshot import snapshot  # (it imports this module)
-
-        return snapshot(kept[0], "result")
+        return x.engine.returned(x, value) if x.engine is not None else value
     if isinstance(x, Lazy):
         return x._eval()
     if type(x) in (list, tuple):
