@@ -776,6 +776,36 @@ def _clip_fn(mod):
     return f
 
 
+def _adamw_fn(mod):
+    def f(g, m, v, count, p):
+        if mod is nx:
+            from nablax.core.prims import fused_nn
+
+            return fused_nn.adamw_update(g, m, v, count, p, 0.9, 0.999, 1e-8, 0.01, -1e-3)
+        m, v, d = _adam_fn(jax)(g, m, v, count)
+        return m, v, (d + 0.01 * p) * -1e-3
+
+    return f
+
+
+spec(
+    "adamw_update",
+    _adamw_fn(nx),
+    _adamw_fn(jax),
+    cases_of(
+        lambda dt, r: [
+            A(r, (3, 4), dt),
+            A(r, (3, 4), dt),
+            A(r, (3, 4), dt, "pos"),
+            np.array(3, np.int32),
+            A(r, (3, 4), dt),
+        ],
+    ),
+    F32_ONLY,
+    ["adamw_update"],
+    tol_scale=4.0,
+)
+
 spec(
     "clip_by_global_norm",
     _clip_fn(nx),

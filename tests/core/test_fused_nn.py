@@ -303,3 +303,59 @@ def test_clip_by_global_norm_gradients_vmap_and_compile_match_jax():
     step = nx.compile(lambda a, b: fused_nn.clip_by_global_norm([a, b], 1.0))
     for o, j in zip(step(nx.tensor(a), nx.tensor(b)), jclip(a, b)):
         _close(o.numpy(), j)
+
+
+# ---- AdamW with the decay and the learning rate folded in --------------------------------------
+
+
+def test_adamw_is_one_node_per_parameter_bit_identical_to_its_chain_and_torch():
+    from nablax import optim
+
+    rng = _rng(5)
+    shapes = {"w": (4, 3), "b": (3,), "s": ()}
+    init = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    params = {k: nx.tensor(v) for k, v in init.items()}
+    fused = optim.adamw(3e-3, weight_decay=0.1)
+    plain = optim.chain(optim.scale_by_adam(), optim.add_decayed_weights(0.1), optim.scale(-3e-3))
+    s1, s2 = fused.init(params), plain.init(params)
+    assert nx.tree.structure(s1) == nx.tree.structure(s2)  # checkpoints do not change
+    tp = {k: torch.tensor(v, requires_grad=True) for k, v in init.items()}
+    topt = torch.optim.AdamW(list(tp.values()), lr=3e-3, weight_decay=0.1)
+    p1 = p2 = nx.block_until_ready(params)
+    s1, s2 = nx.block_until_ready((s1, s2))
+    for step in range(3):
+        g = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+        u1, s1 = fused.update(nx.tree.map(nx.tensor, g), s1, p1)
+        u2, s2 = plain.update(nx.tree.map(nx.tensor, g), s2, p2)
+        # one node per parameter, and the step count's saturating increment
+        assert sorted(_prims(*nx.tree.leaves(u1))) == ["adamw_update"] * 3 + ["add", "minimum"]
+        p1, p2 = optim.apply_updates(p1, u1), optim.apply_updates(p2, u2)
+        for k in p1:
+            np.testing.assert_array_equal(p1[k].numpy(), p2[k].numpy(), err_msg=f"{k} {step}")
+        for k, t in tp.items():
+            t.grad = torch.tensor(g[k])
+        topt.step()
+        s1, s2 = nx.block_until_ready((s1, s2))
+    for a, b in zip(nx.tree.leaves(s1), nx.tree.leaves(s2)):
+        np.testing.assert_array_equal(np.asarray(a.numpy()), np.asarray(b.numpy()))
+    for k, t in tp.items():
+        _close(p1[k].numpy(), t.detach().numpy(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="adamw.*params"):
+        fused.update(nx.tree.map(nx.tensor, g), s1)
+
+
+def test_adamw_mixed_dtypes_and_schedules_keep_the_separate_ops():
+    from nablax import optim
+
+    params = {"w": nx.ones((2, 2)).astype(nx.bfloat16)}  # bfloat16 moments and parameter
+    g = {"w": nx.full((2, 2), 0.5)}  # float32 gradient: Adam's own node does not fuse either
+    for opt in (optim.adamw(1e-2), optim.adamw(lambda count: 1e-2)):
+        plain = optim.chain(
+            optim.scale_by_adam(), optim.add_decayed_weights(0.01), optim.scale(-1e-2)
+        )
+        u1, _ = opt.update(g, opt.init(params), params)
+        u2, _ = plain.update(g, plain.init(params), params)
+        assert "adamw_update" not in _prims(u1["w"]) and u1["w"].dtype == u2["w"].dtype
+        np.testing.assert_array_equal(
+            u1["w"].astype(nx.float32).numpy(), u2["w"].astype(nx.float32).numpy()
+        )

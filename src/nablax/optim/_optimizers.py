@@ -9,16 +9,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import tree as _tree
+from ..core.prims import fused_nn as _fused_nn
 from ..core.tensor import Tensor
 from ..errors import op_error
-from ._base import GradientTransformation, api_name, check_lr, check_range, make_chain
+from ._base import (
+    EmptyState,
+    GradientTransformation,
+    api_name,
+    check_lr,
+    check_range,
+    check_state,
+    check_tree,
+    increment,
+    make_chain,
+    need_params,
+    zero_count,
+)
 from ._transforms import (
+    ScaleByAdamState,
     _add_decayed_weights,
     _scale_by_adagrad,
     _scale_by_adam,
     _scale_by_learning_rate,
     _scale_by_rmsprop,
     _trace,
+    _zeros,
     check_betas,
     scaled_upstream,
 )
@@ -102,6 +118,15 @@ def adamw(
     lr = check_lr(api, lr)
     b1, b2, eps = check_betas(api, b1, b2, eps)
     weight_decay = check_range(api, "weight_decay", weight_decay, 0.0)
+    if not isinstance(lr, Tensor) and not callable(lr):
+        # a number: the decay and -lr are folded into one fused node per parameter (as adam's
+        # -lr); the stages and states stay those of the chain below
+        stages = (
+            _scale_by_adamw(b1, b2, eps, weight_decay, -float(lr), api),
+            _decayed_upstream(api),
+            scaled_upstream(api),
+        )
+        return make_chain(stages, api)
     return make_chain(
         (
             _scale_by_adam(b1, b2, eps, api),
@@ -110,6 +135,46 @@ def adamw(
         ),
         api,
     )
+
+
+def _scale_by_adamw(b1, b2, eps, weight_decay, scale, api) -> GradientTransformation:
+    """``scale_by_adam``, ``add_decayed_weights`` and the constant ``scale`` in one node per
+    parameter (core/prims/fused_nn.py), with ``scale_by_adam``'s state and checks."""
+
+    def init(params: Any) -> ScaleByAdamState:
+        return ScaleByAdamState(zero_count(), _zeros(params), _zeros(params))
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, ScaleByAdamState]:
+        check_state(api, state, ScaleByAdamState)
+        grads, treedef, mus = check_tree(api, updates, "grads", state.mu, "state.mu")
+        need_params(api, params)
+        _, _, ps = check_tree(api, updates, "grads", params, "params")
+        count = increment(state.count)
+        triples = [
+            _fused_nn.adamw_update(g, m, v, count, p, b1, b2, eps, weight_decay, scale)
+            for g, m, v, p in zip(grads, mus, _tree.leaves(state.nu), ps)
+        ]
+        cols = list(zip(*triples)) or [(), (), ()]
+        mu, nu, out = (_tree.unflatten(treedef, list(c)) for c in cols)
+        return out, ScaleByAdamState(count, mu, nu)
+
+    return GradientTransformation(init, update)
+
+
+def _decayed_upstream(api: str) -> GradientTransformation:
+    """The ``add_decayed_weights`` stage of a chain whose previous stage already added the decay:
+    its state and checks, no nodes."""
+
+    def init(params: Any) -> EmptyState:
+        return EmptyState()
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, EmptyState]:
+        check_state(api, state, EmptyState)
+        need_params(api, params)
+        check_tree(api, updates, "grads", params, "params")
+        return updates, state
+
+    return GradientTransformation(init, update)
 
 
 def rmsprop(

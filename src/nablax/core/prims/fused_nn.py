@@ -36,6 +36,7 @@ from ..build import bind
 from ..primitive import primitive
 from ..tensor import Tensor
 from . import _autocast, _shard, linalg
+from . import fused as _fused
 from ._rules import derived_from_jax
 
 # ---- layer normalization ---------------------------------------------------------------------
@@ -233,3 +234,56 @@ def clip_by_global_norm(leaves: list, max_norm: float) -> list | None:
         return None
     outs = bind(clip_by_global_norm_p, [g._impl for g in leaves], (float(max_norm),))
     return [Tensor._wrap(o) for o in outs]
+
+
+# ---- AdamW's update with the decay and the learning rate folded in ----------------------------
+# params: (b1, b2, eps, weight_decay, scale); inputs: g, m, v, count (int32), p
+
+
+def _adamw_lower(params, g, m, v, count, p):
+    b1, b2, eps, wd, scale = params
+    t = count.astype(jnp.float32)
+    m, v, d = _fused.adam_formula(g, m, v, t, b1, b2, eps, (jnp.expm1, jnp.sqrt, _fused._astype))
+    return m, v, (d + wd * p) * scale  # add_decayed_weights, then the -lr of scale_by_lr
+
+
+def _adamw_aval(params, g, m, v, count, p):
+    return _fused._adam_aval(params, g, m, v, count)
+
+
+def _adamw_shard(params, in_layouts, in_avals, out_avals):
+    return _fused._adam_shard(params, in_layouts[:4], in_avals[:4], out_avals)
+
+
+adamw_p = primitive(
+    "adamw_update",
+    _adamw_aval,
+    _adamw_lower,
+    multiple_results=True,
+    rules=derived_from_jax,
+    shard=_adamw_shard,
+    doc="AdamW's new moments and update (direction + weight_decay * p, times -lr), fused.",
+)
+
+
+def adamw_update(g, m, v, count: Tensor, p, b1, b2, eps, weight_decay: float, scale: float):
+    """``(new m, new v, (direction + weight_decay * p) * scale)`` of one parameter: one node when
+    :func:`fused.adam_update` would be one and ``p`` is a tensor of the direction's shape and
+    dtype, else the separate ops (Adam's node, then the decay's multiply and add and the
+    scale's multiply, as ``optim.adamw``'s three stages compute them)."""
+    if (
+        isinstance(g, Tensor)
+        and isinstance(m, Tensor)
+        and isinstance(v, Tensor)
+        and isinstance(p, Tensor)
+        and g.shape == m.shape == v.shape == p.shape
+        and all(_fused._is_float(x.dtype) for x in (g, m, v))
+        and dtypes.promote(m.dtype, g.dtype) == m.dtype
+        and dtypes.promote(v.dtype, g.dtype) == v.dtype
+        and p.dtype == dtypes.promote(m.dtype, v.dtype)
+    ):
+        ins = [g._impl, m._impl, v._impl, count._impl, p._impl]
+        outs = bind(adamw_p, ins, (b1, b2, eps, weight_decay, scale))
+        return tuple(Tensor._wrap(o) for o in outs)
+    m, v, d = _fused.adam_update(g, m, v, count, b1, b2, eps)
+    return m, v, (d + weight_decay * p) * scale
