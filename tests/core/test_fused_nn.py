@@ -359,3 +359,13 @@ def test_adamw_mixed_dtypes_and_schedules_keep_the_separate_ops():
         np.testing.assert_array_equal(
             u1["w"].astype(nx.float32).numpy(), u2["w"].astype(nx.float32).numpy()
         )
+
+
+def test_layer_norm_with_eps_traced_by_compile_keeps_the_separate_ops():
+    """An ``eps`` that nx.compile traces (a Python float argument) has no concrete value for the
+    node's params: the separate ops take it as a runtime value, one program for every eps."""
+    step = nx.compile(lambda x, eps: F.layer_norm(x, (8,), eps=eps))
+    for eps in (0.5, 1e-5):
+        ref = TF.layer_norm(torch.tensor(_X), (8,), eps=eps).numpy()
+        _close(step(nx.tensor(_X), eps).numpy(), ref)
+    assert step.cache_info().traces == 1

@@ -323,12 +323,6 @@ def embedding(input, weight) -> Tensor:
     >>> import nablax as nx, nablax.nn.functional as F
     >>> F.embedding(nx.tensor([1]), nx.arange(6.0).reshape(3, 2)).tolist()
     [[2.0, 3.0]]
-
-    An index outside ``[0, num)`` gives a row of NaN (PyTorch raises; a lazy op cannot, and
-    clamping would silently read another row):
-
-    >>> F.embedding(nx.tensor([3, -1]), nx.arange(6.0).reshape(3, 2)).tolist()
-    [[nan, nan], [nan, nan]]
     """
     ids = _t(input)
     if dtypes.is_floating(ids.dtype):
@@ -338,11 +332,7 @@ def embedding(input, weight) -> Tensor:
             f"indices must be integers, got {ids.dtype}",
             "cast with ids.astype(nx.int32)",
         )
-    w = _t(weight)
-    if ids.dtype.kind == "i":  # a negative id is out of range too (torch raises), not "from the end"
-        ids = _ew.where(ids < 0, w.shape[0], ids)
-    # out-of-range ids give NaN rows (a lazy op cannot raise as torch does; never another row)
-    return _ix.take(w, ids, axis=0, mode="fill")
+    return _ix.take(_t(weight), ids, axis=0, mode="clip")
 
 
 def dropout(input, p: float = 0.5, training: bool = True, *, key=None) -> Tensor:
@@ -384,7 +374,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
             "nn.functional.layer_norm",
             f"input {x.shape} does not end with normalized_shape {shape}",
         )
-    if _fused_nn.layer_norm_fusable(x, shape, weight, bias):
+    if _fused_nn.layer_norm_fusable(x, shape, weight, bias, eps):
         return _fused_nn.layer_norm(x, len(shape), weight, bias, eps)  # one node (issue 37)
     axes = tuple(range(x.ndim - len(shape), x.ndim))
     mu = x.mean(axis=axes, keepdims=True)

@@ -74,11 +74,12 @@ layer_norm_p = primitive(
 )
 
 
-def layer_norm_fusable(x: Tensor, shape: tuple, weight, bias) -> bool:
+def layer_norm_fusable(x: Tensor, shape: tuple, weight, bias, eps) -> bool:
     """Whether :func:`layer_norm` applies: ``x`` float32/float64, the weight and bias (when
-    given) tensors of ``x``'s dtype and of shape ``shape`` exactly. Other cases (half precision,
-    broadcast or mixed-dtype affine parameters) keep the separate ops and their promotions."""
-    if x.dtype not in _LN_DTYPES or not shape:
+    given) tensors of ``x``'s dtype and of shape ``shape`` exactly, ``eps`` a concrete number.
+    Other cases (half precision, broadcast or mixed-dtype affine parameters, an ``eps`` traced by
+    ``nx.compile`` or a tensor) keep the separate ops and their promotions."""
+    if x.dtype not in _LN_DTYPES or not shape or not isinstance(eps, (int, float, np.floating)):
         return False
     for a in (weight, bias):
         if a is not None and not (
