@@ -323,6 +323,12 @@ def embedding(input, weight) -> Tensor:
     >>> import nablax as nx, nablax.nn.functional as F
     >>> F.embedding(nx.tensor([1]), nx.arange(6.0).reshape(3, 2)).tolist()
     [[2.0, 3.0]]
+
+    An index outside ``[0, num)`` gives a row of NaN (PyTorch raises; a lazy op cannot, and
+    clamping would silently read another row):
+
+    >>> F.embedding(nx.tensor([3, -1]), nx.arange(6.0).reshape(3, 2)).tolist()
+    [[nan, nan], [nan, nan]]
     """
     ids = _t(input)
     if dtypes.is_floating(ids.dtype):
@@ -332,7 +338,11 @@ def embedding(input, weight) -> Tensor:
             f"indices must be integers, got {ids.dtype}",
             "cast with ids.astype(nx.int32)",
         )
-    return _ix.take(_t(weight), ids, axis=0, mode="clip")
+    w = _t(weight)
+    if ids.dtype.kind == "i":  # a negative id is out of range too (torch raises), not "from the end"
+        ids = _ew.where(ids < 0, w.shape[0], ids)
+    # out-of-range ids give NaN rows (a lazy op cannot raise as torch does; never another row)
+    return _ix.take(w, ids, axis=0, mode="fill")
 
 
 def dropout(input, p: float = 0.5, training: bool = True, *, key=None) -> Tensor:
