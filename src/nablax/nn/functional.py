@@ -31,9 +31,8 @@ from ..core.prims import fused_nn as _fused_nn
 from ..core.prims import window as _win
 from ..core.tensor import Tensor, to_impl
 from ..errors import DTypeError, ShapeError, op_error
-from ._sdpa import scaled_dot_product_attention  # noqa: F401 - nn.functional's
-from ._sdpa import scaled_dot_product_attention  # noqa: F401 - nn.functional's
 from ._norms import rms_norm  # noqa: F401 - nn.functional.rms_norm
+from ._sdpa import scaled_dot_product_attention  # noqa: F401 - nn.functional's
 
 __all__ = [
     "relu",
@@ -339,7 +338,9 @@ def embedding(input, weight) -> Tensor:
             "cast with ids.astype(nx.int32)",
         )
     w = _t(weight)
-    if ids.dtype.kind == "i":  # a negative id is out of range too (torch raises), not "from the end"
+    if (
+        ids.dtype.kind == "i"
+    ):  # a negative id is out of range too (torch raises), not "from the end"
         ids = _ew.where(ids < 0, w.shape[0], ids)
     # out-of-range ids give NaN rows (a lazy op cannot raise as torch does; never another row)
     return _ix.take(w, ids, axis=0, mode="fill")
