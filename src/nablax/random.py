@@ -11,4 +11,14 @@ in ``nablax/core/prims/random.py``; ``bernoulli`` is a composite in ``nablax/cor
 from .core.ops.random import bernoulli, key, normal, randint, seed, split, uniform
 from .core.prims.random_more import categorical, fold_in
 
-__all__ = ["key", "split", "normal", "uniform", "randint", "bernoulli", "seed", "categorical", "fold_in"]
+__all__ = [
+    "key",
+    "split",
+    "normal",
+    "uniform",
+    "randint",
+    "bernoulli",
+    "seed",
+    "categorical",
+    "fold_in",
+]

@@ -45,7 +45,9 @@ def test_rms_norm_matches_torch(dt, shape, norm, eps):
             eps,
         )
         assert out.dtype == dt
-        tol = 4 * _ulp(dt)  # a few roundings: sums and rsqrt differ in order and precision by device
+        tol = 4 * _ulp(
+            dt
+        )  # a few roundings: sums and rsqrt differ in order and precision by device
         np.testing.assert_allclose(
             out.astype(nx.float32).numpy(), ref.float().numpy(), rtol=tol, atol=tol
         )

@@ -18,6 +18,7 @@ training step once, ``nx.save(path, model)`` writes its weights. Calling a modul
 """
 
 from . import functional
+from ._attention import MultiheadAttention
 from ._layers import (
     GELU,
     MLP,
@@ -34,7 +35,6 @@ from ._layers import (
     Sequential,
     Tanh,
 )
-from ._attention import MultiheadAttention
 from ._module import FrozenModuleError, Module, field
 from ._norms import RMSNorm
 
