@@ -62,7 +62,9 @@ class Literal:
 
     __slots__ = ("value", "dtype", "weak")
 
-    def __init__(self, value: Any, dtype, weak: bool = False) -> None:
+    weak: int  # False, True or POSITION
+
+    def __init__(self, value: Any, dtype, weak: int = False) -> None:
         self.value = value
         self.dtype = dtype
         self.weak = weak

@@ -494,7 +494,7 @@ def size_dependent(op: str, what: str, *values) -> None:
     (:class:`SizeDependentError`; ``nx.compile`` then traces per size)."""
     for v in values:
         if type(v) is Size:
-            f = sys._getframe(1)
+            f: FrameType | None = sys._getframe(1)
             while f is not None and _kind(f) != 2:
                 f = f.f_back
             v._guard.fail(f"nx.{op}({what})", f)

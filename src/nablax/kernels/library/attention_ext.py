@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import _caches
 from ...errors import DTypeError, ShapeError, describe
 
 API = "nablax.kernels.library.attention"
@@ -106,9 +107,17 @@ def _group(h: int, heads: int, name: str, seen: str) -> None:
         )
 
 
-@functools.lru_cache(maxsize=1024)
+_plans = _caches.Cache("kernels.attention_plans", 1024)
+
+
 def plan(qs: tuple, ks: tuple, vs: tuple, ms: tuple | None, bs: tuple | None, layout: str) -> Plan:
-    """The core shapes of a call from the argument shapes (``ms``/``bs``: mask/bias or None)."""
+    """The core shapes of a call from the argument shapes (``ms``/``bs``: mask/bias or None);
+    memoized in a registered cache (``nx.clear_caches()`` empties it)."""
+    key = (qs, ks, vs, ms, bs, layout)
+    return _plans.get_or_make(key, lambda: _plan(qs, ks, vs, ms, bs, layout))
+
+
+def _plan(qs: tuple, ks: tuple, vs: tuple, ms: tuple | None, bs: tuple | None, layout: str) -> Plan:
     seen = f"q{qs}, k{ks}, v{vs}" + (f", mask{ms}" if ms else "") + (f", bias{bs}" if bs else "")
     if layout == "bshd":
         if not (len(qs) == len(ks) == len(vs) == 4):
