@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 import nablax as nx
-from nablax.core import cpu_threads
+from nablax.core import cpu_threads, host_memory
 
 
 def environment(torch_module=None) -> str:
@@ -57,6 +57,12 @@ def threads(torch_module=None) -> str:
             f"torch intra-op threads {torch_module.get_num_threads()} "
             f"(inter-op {torch_module.get_num_interop_threads()})"
         )
+    # nablax's host-memory setting (core/host_memory.py), also set now for every peer
+    retained = host_memory.apply() or host_memory._state["applied"]
+    parts.append(
+        f"host memory: glibc thresholds {'raised' if retained else 'default'} (nablax option "
+        f"retain_host_memory={nx.config.retain_host_memory}, process-wide: every peer)"
+    )
     flags = os.environ.get("XLA_FLAGS")
     if flags:
         parts.append(f"XLA_FLAGS={flags!r}")
