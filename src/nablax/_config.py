@@ -161,11 +161,8 @@ _register(
     "max_executables",
     256,
     _int_kind(0),
-    "Maximum number of compiled programs (graph structures) kept in the realization cache (LRU); "
-    "0 keeps none. An evicted program's memory (its code and the memory mappings XLA made for "
-    "it) is released. The cache also evicts on its own when the process nears the kernel's limit "
-    "of memory mappings (vm.max_map_count), so a process that compiles many programs never dies "
-    "of it.",
+    "Compiled programs kept in the realization cache (LRU; 0 keeps none); an evicted one's "
+    "memory and mappings are released, and the cache evicts more near vm.max_map_count.",
 )
 _register(
     "recompile_warning",
