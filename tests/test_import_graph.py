@@ -50,7 +50,7 @@ LAYERS = [
     ("core tensor", ("nablax.core.tensor",)),
     ("core prims", ("nablax.core.prims",)),
     ("core ops/transforms", ("nablax.core",)),
-    ("models", ("nablax.nn", "nablax.optim", "nablax._io")),
+    ("models", ("nablax.nn", "nablax.optim", "nablax._io", "nablax._files")),
     ("xcs", ("nablax.xcs",)),
     ("application", ("nablax", "nablax.cli", "nablax.demo")),
 ]
