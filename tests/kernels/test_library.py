@@ -288,7 +288,13 @@ def test_attention_pallas_forward_in_interpret_mode(monkeypatch):
     _close(out, attention_reference(q, k, v, causal=True))
     _close(ATTENTION.run_gpu(q, k, v, cfg=cfg, causal=True), out)
     assert lse.shape == (1, 1, 8)
-    assert ATTENTION.hook_name("vjp", "gpu") == "vjp"  # the generic blockwise backward
+    # the GPU backward of the default (Pallas) implementation is the Pallas flash backward
+    assert ATTENTION.hook_name("vjp", "gpu") == "vjp_gpu"
+    dy = _rand((1, 8, 1, 4), 9)
+    got = ATTENTION.vjp_gpu((o_res, lse), out, dy, q, k, v, cfg=cfg, causal=True)
+    want = jax.vjp(lambda *a: attention_reference(*a, causal=True), q, k, v)[1](dy)
+    for g, w in zip(got, want):
+        _close(g, w)
 
 
 def test_attention_candidates_and_heuristics_per_platform():
@@ -299,12 +305,16 @@ def test_attention_candidates_and_heuristics_per_platform():
             inv = _inv(q, kv, kv, causal=causal)
             for plat in ("cpu", "gpu"):
                 cands = ATTENTION.hook("candidate_cfgs", plat)(inv)
-                assert 1 <= len(cands) <= 8 and len(set(cands)) == len(cands)
+                assert 1 <= len(cands) <= 9 and len(set(cands)) == len(cands)
                 assert ATTENTION.hook("heuristic_cfg", plat)(inv) in cands
+                # XLA's whole-matrix implementation is a candidate on both platforms
+                assert any(c.impl == "xla" for c in cands)
             for c in ATTENTION.candidate_cfgs(inv):
                 assert c.block_q <= sq and c.block_kv <= skv
+                assert c.impl in (None, "xla")  # no interpret-mode Pallas unless switched on
             for c in ATTENTION.candidate_cfgs_gpu(inv):
                 assert all(x >= 16 and x & (x - 1) == 0 for x in (c.block_q, c.block_kv))
+                assert c.impl in ("pallas", "xla", "cudnn")
 
 
 @pytest.mark.parametrize(

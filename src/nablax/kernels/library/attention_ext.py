@@ -419,12 +419,14 @@ def general_forward(q, k, v, *, core_fn, blocked_fn, cfg, causal, scale, **ext):
     return from_core(p, out4), lse
 
 
-def general_vjp(lse, y, dy, q, k, v, *, fns, cfg, causal, scale, **ext) -> tuple:
-    """``(dq, dk, dv)`` (plus ``{"bias": dbias}`` with a bias): the blockwise backward in the core
-    layout, pulled back through the layout conversion by ``jax.vjp``. ``fns``: the kernel
-    module's ``(blocked_forward, blocked_backward)``."""
+def general_vjp(lse, y, dy, q, k, v, *, fns, cfg, causal, scale, core=None, **ext) -> tuple:
+    """``(dq, dk, dv)`` (plus ``{"bias": dbias}`` with a bias): the backward in the core layout,
+    pulled back through the layout conversion by ``jax.vjp``. ``fns``: the kernel module's
+    ``(blocked_forward, blocked_backward)``, used with a mask, bias or dropout; ``core``: the
+    config's implementation ``(forward, backward)`` for the other calls (None: ``fns``)."""
     blocked_forward, blocked_backward = fns
     p, _, extras, s = core_call(q, k, v, causal=causal, scale=scale, cfg=cfg, **ext)
+    fwd, bwd = fns if extras is not None or core is None else core
     bias = ext.get("bias")
     if bias is None:
         (q4, k4, v4), pull = jax.vjp(lambda q, k, v: to_core(p, q, k, v)[:3], q, k, v)
@@ -433,13 +435,16 @@ def general_vjp(lse, y, dy, q, k, v, *, fns, cfg, causal, scale, **ext) -> tuple
             lambda q, k, v, b: (*to_core(p, q, k, v)[:3], _four(p, b, p.bias4)), q, k, v, bias
         )
     out4, dy4 = out_to_core(p, y), out_to_core(p, dy)
-    if lse is None:
-        fwd = functools.partial(
-            general_forward, core_fn=blocked_forward, blocked_fn=blocked_forward, cfg=cfg,
-            causal=causal,
+    if y is None or (lse is None and getattr(bwd, "needs_lse", True)):
+        fwd_all = functools.partial(
+            general_forward, core_fn=fwd, blocked_fn=blocked_forward, cfg=cfg, causal=causal,
         )  # fmt: skip
-        lse = fwd(q, k, v, scale=scale, **ext)[1]
-    g = blocked_backward(q4, k4, v4, out4, lse, dy4, scale=s, causal=causal, cfg=cfg, extras=extras)
+        y, lse = fwd_all(q, k, v, scale=scale, **ext)
+        out4 = out_to_core(p, y)
+    if extras is not None:
+        g = bwd(q4, k4, v4, out4, lse, dy4, scale=s, causal=causal, cfg=cfg, extras=extras)
+    else:
+        g = bwd(q4, k4, v4, out4, lse, dy4, scale=s, causal=causal, cfg=cfg)
     if bias is None:
         return tuple(pull(tuple(g[:3])))
     dq, dk, dv, db = pull(tuple(g[:3]) + (g[3],))
