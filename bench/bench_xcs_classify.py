@@ -35,7 +35,7 @@ from pathlib import Path
 
 from _common import environment  # bench/ is on sys.path when run as a script
 from _common import fmt as _fmt
-from nablax.xcs import analysis
+from nablax.xcs.classify import analysis
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "xcs" / "corpus"
 

@@ -171,7 +171,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _cmd_classify(args: argparse.Namespace) -> int:
-    from .xcs.analysis import classify_target, format_table
+    from .xcs.classify.analysis import classify_target, format_table
 
     target = Path(args.target)
     if target.is_dir():

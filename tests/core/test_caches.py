@@ -19,7 +19,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "nablax"
 def _fill_every_cache():
     """Use nablax so that each registered cache holds something."""
     import nablax.kernels.executor  # noqa: F401 - registers "kernels.executor"
-    import nablax.xcs.analysis as analysis
+    from nablax.xcs.classify import analysis
 
     x = nx.tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3))
     (x * 2 + 1).sum().item()  # realization cache

@@ -13,6 +13,7 @@ import warnings
 import pytest
 
 from nablax import xcs
+from nablax.xcs.classify.analysis import clear_cache
 
 
 class _Peak:
@@ -118,7 +119,7 @@ def test_function_named_into_a_tensor_library_is_tensor(module):
         return x
 
     op.__module__ = module
-    xcs.analysis.clear_cache()
+    clear_cache()
     assert xcs.classify(op).kind == "tensor"
 
 

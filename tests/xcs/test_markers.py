@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nablax.xcs.analysis import OperationSummary, analyze_operations, classify, clear_cache
+from nablax.xcs.classify.analysis import OperationSummary, analyze_operations, classify, clear_cache
 from nablax.xcs.markers import (
     effects_of,
     mark_hybrid,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nablax import xcs
-from nablax.xcs.analysis import analyze_operations, classify, clear_cache
+from nablax.xcs.classify.analysis import analyze_operations, classify, clear_cache
 
 # ---- operation summaries: operations found, never a placeholder ----------------------------------
 

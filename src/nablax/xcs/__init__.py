@@ -11,9 +11,9 @@ concurrent executor for orchestration, both for hybrids.
   ``jax.pmap``); everything else maps items concurrently, in input order.
 - :func:`grad`: gradients of tensor and hybrid functions; orchestration raises :class:`XCSError`.
 
-Module map: ``markers.py`` (mark_*), ``analysis.py`` (classify; its evidence in ``_source.py``,
-``_resolve.py``, ``_evidence.py``, ``_objects.py``, ``_rules.py``, ``_keywords.py``, effects in
-``_effects.py``), ``runtime.py`` (is_tensor_value), ``futures.py`` (pending values), ``rewrite.py``
+Module map: ``markers.py`` (mark_*), ``classify/`` (the classifier: ``classify/analysis.py``
+holds classify and analyze_operations; the package docstring lists its modules),
+``runtime.py`` (is_tensor_value), ``futures.py`` (pending values), ``rewrite.py``
 (call interception for jit), ``engine.py`` (the jit scheduler, its sequential rule and plan),
 ``jit.py`` (jit), ``scheduler.py`` (thread pools, help-while-waiting), ``transforms.py`` (vmap,
 pmap, grad), ``stacking.py`` (per-item results), ``hybrid.py`` (orchestration calls inside
@@ -26,7 +26,7 @@ pmap, grad), ``stacking.py`` (per-item results), ``hybrid.py`` (orchestration ca
 """
 
 from ..errors import XCSError
-from .analysis import Classification, OperationSummary, analyze_operations, classify
+from .classify.analysis import Classification, OperationSummary, analyze_operations, classify
 from .engine import Plan, PlanNode, Stats
 from .jit import jit
 from .markers import mark_hybrid, mark_orchestration, mark_pytree_safe, mark_tensor

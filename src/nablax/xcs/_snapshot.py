@@ -180,7 +180,7 @@ def _is_shared(cls: type) -> bool:
     if jax is not None and issubclass(cls, jax.Array):
         return True
     from ..core.tensor import Tensor
-    from . import _objects
+    from .classify import objects as _objects
 
     if issubclass(cls, (Tensor, *_HANDLES)):
         return True
@@ -284,7 +284,7 @@ def mutates_arguments(fn: Any) -> str | None:
 
 
 def _scan(fn: types.FunctionType) -> str | None:
-    from ._objects import is_library
+    from .classify.objects import is_library
 
     if is_library(fn):
         return None

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..errors import XCSError
 from . import engine as _engine
-from .analysis import classify
+from .classify.analysis import classify
 from .futures import resolve
 from .rewrite import SourceUnavailable, rewrite
 from .scheduler import executor_for

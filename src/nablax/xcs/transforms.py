@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import XCSError
-from .analysis import analyze_operations, classify
+from .classify.analysis import analyze_operations, classify
 from .hybrid import HostCalls, grad_owner
 from .runtime import is_tensor_value, is_tracer, tensor_kind, tensor_leaves, thread_bound
 from .scheduler import executor_for, run_items

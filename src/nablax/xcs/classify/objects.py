@@ -1,7 +1,7 @@
 """Read objects statically: their public dotted name, whether they are library or user code,
 their attributes without running code (no property, ``__getattr__`` or user function is called).
 
-Internal to :mod:`nablax.xcs.analysis`.
+Internal to :mod:`nablax.xcs.classify`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import sysconfig
 import types
 from typing import Any
 
-from .. import _caches
-from . import _rules
+from ... import _caches
+from . import rules
+from .records import MISSING, Rule
 
-MISSING: Any = type("Missing", (), {"__repr__": lambda self: "MISSING"})()
 _LIB_DIRS = tuple(
     {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
 )
@@ -38,7 +38,7 @@ def describe(obj: Any) -> str | None:
         if mod is None:  # a builtin bound method: "abc".upper
             owner = getattr(obj, "__self__", None)
             return f"{describe(type(owner))}.{obj.__name__}" if owner is not None else None
-        return _rules.canonical(f"{mod}.{getattr(obj, '__qualname__', obj.__name__)}")
+        return rules.canonical(f"{mod}.{getattr(obj, '__qualname__', obj.__name__)}")
     objclass = getattr(type(obj), "__objclass__", None) and getattr(obj, "__objclass__", None)
     if isinstance(objclass, type):  # str.upper, list.append, numpy.ndarray.sum
         return f"{describe(objclass)}.{obj.__name__}"
@@ -54,16 +54,16 @@ def is_library(obj: Any) -> bool:
     return fname.startswith(_LIB_DIRS) or fname.startswith("<frozen")
 
 
-def rule_for(obj: Any, path: str | None) -> _rules.Rule | None:
+def rule_for(obj: Any, path: str | None) -> Rule | None:
     """The library rule for an object; a user module that shares a stdlib name gets none."""
     if path is None:
         return None
     # the result of a library function call (`np.loadtxt(...)`) belongs to its package
-    rule = _rules.lookup(path.split(".")[0] if "()" in path else path)
+    rule = rules.lookup(path.split(".")[0] if "()" in path else path)
     if rule is not None and isinstance(obj, types.FunctionType) and not is_library(obj):
         if not _defined_in_its_module(obj) and not _names_a_library(obj, rule):
             return None  # a doctest, exec or REPL function that borrowed a module's name
-        if rule is _rules.NEUTRAL and path.split(".")[0] in _rules.STDLIB:
+        if rule is rules.NEUTRAL and path.split(".")[0] in rules.STDLIB:
             return None  # a user module that shares a standard-library name
     return rule
 
@@ -79,7 +79,7 @@ def _module_file(module: str) -> str | None:
     return _module_files.get_or_make(module, find)
 
 
-def code_rule(func: types.FunctionType) -> tuple[str, _rules.Rule | None]:
+def code_rule(func: types.FunctionType) -> tuple[str, Rule | None]:
     """The module a function's code was written in (its globals, not a ``wraps``-copied
     ``__module__``) and that module's rule, for wrappers made by libraries (``nx.grad(f)``)."""
     where = func.__globals__.get("__name__")
@@ -87,13 +87,13 @@ def code_rule(func: types.FunctionType) -> tuple[str, _rules.Rule | None]:
         func.__code__.co_filename
     ):
         return str(where), None
-    rule = _rules.lookup(where)
-    if rule is _rules.NEUTRAL and where.split(".")[0] in _rules.STDLIB and not is_library(func):
+    rule = rules.lookup(where)
+    if rule is rules.NEUTRAL and where.split(".")[0] in rules.STDLIB and not is_library(func):
         return where, None
     return where, rule
 
 
-def _names_a_library(func: types.FunctionType, rule: _rules.Rule) -> bool:
+def _names_a_library(func: types.FunctionType, rule: Rule) -> bool:
     """A function whose ``__module__`` names a tensor or I/O library (``numpy.linalg``): the name
     decides (markers, then ``__module__``, then the source). Only nablax's own doctests, whose
     functions get the module's name from their globals, do not count."""

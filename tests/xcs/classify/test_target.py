@@ -1,4 +1,7 @@
-"""Issue 35: ``xcs.classify_target`` of a file that is not Python source (``/etc/passwd``, a
+"""``classify/target.py``: ``xcs.classify_target`` of a file or module, and the table ``nablax
+classify`` prints.
+
+Issue 35: ``xcs.classify_target`` of a file that is not Python source (``/etc/passwd``, a
 ``.txt``, a directory) raised ``'NoneType' object has no attribute 'loader'`` or a misleading "no
 such file"; it must raise a ValueError naming the path and saying what is accepted, as the
 ``nablax classify`` command already does."""
@@ -6,11 +9,15 @@ such file"; it must raise a ValueError naming the path and saying what is accept
 from __future__ import annotations
 
 import os
+import textwrap
 
 import pytest
 
 from nablax import cli
-from nablax.xcs.analysis import classify_target
+from nablax.xcs.classify.analysis import Classification, classify, classify_target, format_table
+from nablax.xcs.markers import marker_of
+
+from .corpus import CORPUS
 
 SOURCE = "def double(x):\n    return x * 2\n"
 
@@ -56,3 +63,36 @@ def test_the_cli_and_the_api_agree(tmp_path, capsys):
     assert "not a Python source file" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not a Python source file"):
         classify_target(str(path))
+
+
+def test_classify_target_on_a_file_and_a_module():
+    rows = classify_target(CORPUS / "ops_tools.py")
+    names = [n for n, _ in rows]
+    assert names[:3] == ["git_revision", "disk_usage_gb", "record_event"]  # source order
+    assert dict(rows)["slugify"].kind == "pure"
+    rows = classify_target("nablax.xcs.markers")
+    assert ("marker_of", classify(marker_of)) in rows
+    methods = [n for n, _ in classify_target(str(CORPUS / "agents.py")) if "." in n]
+    assert "WebAgent.fetch" in methods and "Summarizer.__call__" in methods
+
+
+def test_format_table():
+    rows = [
+        ("score", Classification("tensor", ("calls jnp.dot (JAX) at line 3",), True)),
+        (
+            "ask",
+            Classification("orchestration", ("calls a (LLM API)", "calls b (HTTP I/O)"), False),
+        ),
+    ]
+    text = format_table(rows)
+    expected = textwrap.dedent(
+        """\
+        name   kind           reasons
+        -----  -------------  -----------------------------
+        score  tensor         calls jnp.dot (JAX) at line 3
+        ask    orchestration  calls a (LLM API)
+                              calls b (HTTP I/O)
+
+        2 callables: 1 tensor, 1 orchestration"""
+    )
+    assert text == expected

@@ -1,6 +1,6 @@
 """Syntactic facts about a function, read from its source (``ast``) or, failing that, its bytecode.
 
-Internal to :mod:`nablax.xcs.analysis`. Nothing here imports or runs user code: the whole source
+Internal to :mod:`nablax.xcs.classify`. Nothing here imports or runs user code: the whole source
 file is parsed once (so lambdas inside larger expressions and decorated functions are found by
 line number) and the function's node is looked up by ``co_firstlineno`` and argument names.
 Strings, docstrings and comments never produce references: only ``Name``/``Attribute`` chains do.

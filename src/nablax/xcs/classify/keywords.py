@@ -1,7 +1,7 @@
 """Keyword fallback: what a call on an object whose type cannot be resolved probably is, from the
 names written at the call (``llm.invoke(...)``, ``self.chain.batch(...)``, ``db.commit()``).
 
-Internal to :mod:`nablax.xcs.analysis`. Used only when nothing stronger is known about the
+Internal to :mod:`nablax.xcs.classify`. Used only when nothing stronger is known about the
 receiver (it is a parameter, a ``None`` placeholder, an attribute set from a parameter), and
 always said in the reasons ("keyword fallback: ..."). Words are whole identifier words
 (``qa_chain`` ends with *chain*; ``chat_history`` ends with *history*, so it is not an LLM), and
@@ -15,20 +15,21 @@ keeps its stricter rule: its kind is known only at run time unless its name name
 
 from __future__ import annotations
 
-from . import _rules
-from ._effects import AMBIGUOUS as _AMBIGUOUS
-from ._effects import BOOKKEEPING as _BOOKKEEPING
-from ._effects import tokens
+from . import rules
+from .records import Rule
+from .verbs import AMBIGUOUS as _AMBIGUOUS
+from .verbs import BOOKKEEPING as _BOOKKEEPING
+from .verbs import tokens
 
-LLM = _rules.Rule("orchestration", "an LLM call")
-AGENT = _rules.Rule("orchestration", "an LLM agent")
-CLIENT = _rules.Rule("orchestration", "an API client")
-DB = _rules.Rule("orchestration", "a database handle")
-STORE = _rules.Rule("orchestration", "a vector store")
-NET = _rules.Rule("orchestration", "a network connection")
-CLOUD = _rules.Rule("orchestration", "cloud storage")
+LLM = Rule("orchestration", "an LLM call")
+AGENT = Rule("orchestration", "an LLM agent")
+CLIENT = Rule("orchestration", "an API client")
+DB = Rule("orchestration", "a database handle")
+STORE = Rule("orchestration", "a vector store")
+NET = Rule("orchestration", "a network connection")
+CLOUD = Rule("orchestration", "cloud storage")
 
-_WORDS: dict[str, _rules.Rule] = {
+_WORDS: dict[str, Rule] = {
     **{
         w: LLM
         for w in "llm llms lm chat chain chains runnable retriever embedder embeddings".split()
@@ -50,7 +51,7 @@ _MODEL = frozenset({"model", "models"})  # an LLM or a neural network: decided b
 _RUNNABLE = frozenset("invoke ainvoke batch abatch stream astream run arun".split())
 # words that, in the name of an undefined function called directly, say what it computes
 _COMPLETION = frozenset({"completion", "completions"})
-ARRAY_OP = _rules.Rule("tensor", "an array operation")
+ARRAY_OP = Rule("tensor", "an array operation")
 _ARRAY_WORDS = frozenset("matmul einsum tensordot logsumexp softmax".split())
 # methods distinctive of LLM / retrieval frameworks, on any receiver
 LLM_METHODS = frozenset(
@@ -61,7 +62,7 @@ LLM_METHODS = frozenset(
 )
 
 
-def category(name: str) -> _rules.Rule | None:
+def category(name: str) -> Rule | None:
     """The fallback rule a receiver's name suggests, or None.
 
     >>> category("qa_chain").what, category("chat_history"), category("redis_client").what
@@ -95,14 +96,14 @@ def array_word(name: str) -> str | None:
     return next((w for w in tokens(name) if w in _ARRAY_WORDS), None)
 
 
-def _library(name: str) -> _rules.Rule | None:
-    rule = _rules.RULES.get(name)
+def _library(name: str) -> Rule | None:
+    rule = rules.RULES.get(name)
     return rule if rule is not None and rule.kind == "orchestration" else None
 
 
 def fallback(
     names: tuple[str, ...], self_name: str | None, direct_param: bool, undefined: bool = False
-) -> tuple[_rules.Rule, int, str, bool] | None:
+) -> tuple[Rule, int, str, bool] | None:
     """``(rule, index of the call's name, what suggests it, ambiguous)`` for the first call in
     ``names`` (an unresolved chain), or None. ``ambiguous`` (a receiver named ``model``) means:
     use it only if the function has no tensor evidence. ``direct_param``: ``names`` calls a

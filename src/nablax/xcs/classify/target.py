@@ -1,5 +1,5 @@
 """The functions and classes of a file or module, and the table ``nablax classify PATH_OR_MODULE``
-prints (``xcs.classify_target`` in analysis.py classifies each of them).
+prints (``xcs.classify_target`` in :mod:`.analysis` classifies each of them).
 
 Importing the target runs its top-level code (as any import does); nothing else of it is executed.
 
@@ -19,12 +19,10 @@ import importlib.util
 import os
 import sys
 import types
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import _source
-
-if TYPE_CHECKING:
-    from .analysis import Classification
+from . import source
+from .records import Classification
 
 _loaded: dict[str, tuple[float, types.ModuleType]] = {}
 
@@ -38,7 +36,7 @@ def definitions(path_or_module: str | os.PathLike | types.ModuleType) -> list[tu
 def format_table(rows: list[tuple[str, Classification]]) -> str:
     """A plain-text table of ``classify_target`` rows: name, kind, reasons (one per line).
 
-    >>> from nablax.xcs.analysis import Classification
+    >>> from nablax.xcs import Classification
     >>> print(format_table([("score", Classification("tensor", ("uses jnp.dot (JAX)",), True))]))
     name   kind    reasons
     -----  ------  ------------------
@@ -158,7 +156,7 @@ def _definitions(module: types.ModuleType) -> list[tuple[str, Any]]:
     info = None
     filename = getattr(module, "__file__", None)
     if filename:
-        info = _source.file_info(filename, vars(module))
+        info = source.file_info(filename, vars(module))
     if info is None:  # no source: whatever the module defines itself, in dict order
         return [(n, v) for n, v in vars(module).items() if _defined_here(v, module)]
     out = []

@@ -1,24 +1,15 @@
 """What the classifier knows about libraries: dotted-name prefixes → tensor / orchestration / neutral.
 
-Internal to :mod:`nablax.xcs.analysis`. A name is matched on whole dotted components (longest
-prefix wins), so ``relax`` never matches ``lax`` and ``requests_count`` never matches ``requests``.
+Internal to :mod:`nablax.xcs.classify` (:class:`~.records.Rule` is the record). A name is matched
+on whole dotted components (longest prefix wins), so ``relax`` never matches ``lax`` and
+``requests_count`` never matches ``requests``.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Rule:
-    """``kind``: "tensor", "orchestration" or "neutral"; ``what``: words for the reasons;
-    ``traceable``: tensor work JAX can trace (JAX, nablax), not host NumPy/PyTorch."""
-
-    kind: str
-    what: str
-    traceable: bool = False
-
+from .records import Rule
 
 JAX = Rule("tensor", "JAX", True)
 NABLAX = Rule("tensor", "nablax", True)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from nablax.xcs.analysis import Classification, classify, clear_cache
+from nablax.xcs.classify.analysis import Classification, classify, clear_cache
 
 log = logging.getLogger(__name__)
 SELECT_USERS = "SELECT id, name FROM users"
