@@ -119,6 +119,12 @@ class Cache:
             self.hits += 1
             return value
 
+    def peek(self, key: Hashable, default: Any = None) -> Any:
+        """The value stored for ``key``, else ``default``, counting nothing and keeping the LRU
+        order (for reports and audits)."""
+        with self._lock:
+            return self._data.get(key, default)
+
     def put(self, key: Hashable, value: Any) -> None:
         """Store ``value`` for ``key``, evicting the least recently used entries over the bound."""
         with self._lock:

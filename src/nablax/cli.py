@@ -119,9 +119,9 @@ def _device() -> str:
 
 
 def _cmd_cache(args: argparse.Namespace) -> int:
-    from .kernels._dbfile import inspect
-    from .kernels._dbmisc import resolve_path
     from .kernels.cache import CacheFileError, PersistentCache
+    from .kernels.store.arguments import resolve_path
+    from .kernels.store.schema import inspect
     from .kernels.tuning import describe_entry, entry_row
 
     # A path, never ejKernel's op name: a Path object is not mistaken for one.

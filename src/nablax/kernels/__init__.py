@@ -17,8 +17,9 @@ the heuristic's config unless a candidate is clearly faster (``AutotunePolicy(mi
 ejKernel's "fastest wins").
 
 Module map: ``kernel.py`` (base class, dispatch), ``invocation.py`` (call keys), ``selection.py``
-(chain, policy, overlay), ``tuner.py``, ``cache.py`` (memory + SQLite), ``executor.py``,
-``fingerprint.py``, ``_call.py`` (the JAX callable of a call), ``library/``. This layer does not
+(chain, policy, overlay), ``tuner.py``, ``store/`` (the config store: memory + SQLite caches,
+device fingerprint; ``cache.py`` re-exports it), ``executor.py``, ``_call.py`` (the JAX callable
+of a call), ``library/``. This layer does not
 import nablax core; core registers its Tensor type and the ``kernel_call`` graph node
 (``nablax/core/ops/kernel_call.py``) with the executor when it is imported.
 
@@ -31,7 +32,6 @@ import nablax core; core registers its Tensor type and the ``kernel_call`` graph
 from ..errors import NoConfigError
 from .cache import CacheEntry, ConfigCache, PersistentCache
 from .executor import Executor, default_executor
-from .fingerprint import device_fingerprint, get_device_platform
 from .invocation import Invocation
 from .kernel import Kernel
 from .selection import (
@@ -41,6 +41,7 @@ from .selection import (
     overlay_cache,
     policy_override,
 )
+from .store.fingerprint import device_fingerprint, get_device_platform
 from .tuner import CandidateTiming, Tuner, TuneResult
 
 __all__ = [

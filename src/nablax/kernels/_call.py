@@ -30,9 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _config
-from .fingerprint import get_device_platform
 from .invocation import Invocation, _is_array, static_key
 from .kernel import version_tag
+from .store.fingerprint import get_device_platform
 
 
 class CallSpec:

@@ -163,7 +163,7 @@ def declared_config_types(kernel: Any = None, inv: Any = None) -> tuple[type, ..
 
 
 def _hook_classes(kernel: Any, inv: Any) -> list[type]:
-    from .fingerprint import get_device_platform
+    from .store.fingerprint import get_device_platform
 
     plat, sm = get_device_platform(), getattr(inv, "method", None) == "shard_map"
     out: list[type] = []

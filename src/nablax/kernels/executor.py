@@ -48,7 +48,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections import OrderedDict
+import weakref
 from typing import Any
 
 import jax
@@ -64,6 +64,15 @@ from .selection import Choice, ConfigSelectorChain, _overlays
 _SIMPLE_STATIC = (bool, int, float, str, type(None))
 _PREFIX = re.compile(r"[A-Za-z_][0-9A-Za-z_]*")
 _MEMO_SIZE = 4096
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # every live Executor (nx.cache_info, clear_caches)
+
+
+def _memo_limit() -> int:
+    # a spec holds its compiled programs: bounded like the realization cache (option
+    # max_executables), so a process calling many shapes keeps its memory
+    return min(_MEMO_SIZE, max(1, _config.get("max_executables")))
+
+
 _CONCRETE: tuple = (np.ndarray,)  # the common leaf types, matched exactly (+ jax's, at first use)
 
 
@@ -96,10 +105,13 @@ class Executor:
             )
         self.stamp_prefix = stamp_prefix
         self._chain = isinstance(self.chooser, ConfigSelectorChain)
-        self._memo: OrderedDict = OrderedDict()  # shape signature -> (spec, generation, policy)
-        self._specs: OrderedDict = OrderedDict()  # (kernel id, call_key, cfg) -> CallSpec
-        self._lock = threading.Lock()
-        self._recorded: set[tuple[str, str]] = set()
+        # shape signature -> (spec, generation, policy), and (kernel id, call_key, cfg, ...) ->
+        # CallSpec: LRU caches bounded by the option max_executables
+        self._memo = _caches.Cache("kernels.executor.calls", _memo_limit, register=False)
+        self._specs = _caches.Cache("kernels.executor.specs", _memo_limit, register=False)
+        # (op, call key) pairs recorded (NABLAX_OPS_RECORD=1) by this executor
+        self._recorded = _caches.Cache("kernels.executor.recorded", _MEMO_SIZE, register=False)
+        _LIVE.add(self)
 
     def __call__(
         self,
@@ -187,13 +199,16 @@ class Executor:
         return self._select(inv, kernel).cfg
 
     def clear(self) -> None:
-        """Forget memoized calls and the memory cache's configs (the persistent one is kept)."""
-        with self._lock:
-            self._memo.clear()
-            self._specs.clear()
+        """Forget memoized calls, which calls were recorded, and the memory cache's configs (the
+        persistent one is kept)."""
+        for memo in self._memos():
+            memo.clear()
         cache = getattr(self.chooser, "cache", None)
         if cache is not None:
             cache.clear()
+
+    def _memos(self) -> tuple[_caches.Cache, ...]:
+        return (self._memo, self._specs, self._recorded)
 
     # -- fast path ---------------------------------------------------------------------------------
     def _fast_spec(self, sig: tuple) -> CallSpec | None:
@@ -214,20 +229,10 @@ class Executor:
         spec = self._specs.get(skey)
         if spec is None or spec.kernel is not kernel:
             spec = CallSpec(kernel, inv, cfg, call_key, self.stamp_prefix)
-            with self._lock:
-                self._specs[skey] = spec
-                # a spec holds its compiled programs: bounded like the realization cache
-                # (option max_executables), so a process calling many shapes keeps its memory
-                limit = min(_MEMO_SIZE, max(1, _config.get("max_executables")))
-                while len(self._specs) > limit:
-                    self._specs.popitem(last=False)
+            self._specs.put(skey, spec)
         if sig is not None:
             chooser = self.chooser
-            with self._lock:
-                self._memo[sig] = (spec, chooser.cache.generation, chooser.policy)
-                limit = min(_MEMO_SIZE, max(1, _config.get("max_executables")))
-                while len(self._memo) > limit:
-                    self._memo.popitem(last=False)
+            self._memo.put(sig, (spec, chooser.cache.generation, chooser.policy))
         return spec
 
     def _record(self, kernel: Kernel, inv: Invocation) -> None:
@@ -250,7 +255,7 @@ class Executor:
             data["shapes"] = [[list(map(int, a.shape)), np.dtype(a.dtype).name] for a in inv.args]
             data["static_kwargs"] = dict(inv.kwargs)
         store.record_invocation(kernel.versioned_id, inv.call_key, json.dumps(data))
-        self._recorded.add(rec)
+        self._recorded.put(rec, True)
 
     # -- compile -----------------------------------------------------------------------------------
     def compile(
@@ -406,18 +411,25 @@ def default_executor() -> Executor:
     return _default
 
 
-def clear_default_caches() -> None:
-    """Empty the default executor's memory cache and memos (``nablax.clear_caches``)."""
-    ex = _default
-    if ex is not None:
+def _stats() -> _caches.CacheStats:
+    """The memoized calls, specs and recorded calls of every live executor, summed
+    (``nx.cache_info()``)."""
+    live = list(_LIVE)
+    infos = [c.info() for ex in live for c in ex._memos()]
+    return _caches.CacheStats(
+        "kernels.executor",
+        sum(i.hits or 0 for i in infos),
+        sum(i.misses or 0 for i in infos),
+        sum(i.size for i in infos),
+        sum(c.maxsize or 0 for ex in live for c in ex._memos()),
+        sum(i.evictions or 0 for i in infos),
+    )
+
+
+def _clear_all() -> None:
+    """Empty every live executor's memos and its memory config cache (``nx.clear_caches()``)."""
+    for ex in list(_LIVE):
         ex.clear()
 
 
-def _default_stats() -> _caches.CacheStats:
-    """The default executor's memoized calls (``nx.cache_info()``; hits/misses are not counted)."""
-    ex = _default
-    size = 0 if ex is None else len(ex._memo) + len(ex._specs)
-    return _caches.CacheStats("kernels.executor", None, None, size, 2 * _MEMO_SIZE, None)
-
-
-_caches.register("kernels.executor", _default_stats, clear_default_caches)
+_caches.register("kernels.executor", _stats, _clear_all)

@@ -171,7 +171,7 @@ def _default_op_id(cls: type) -> str:
 
 
 def _platform_of_default() -> str:
-    from .fingerprint import get_device_platform
+    from .store.fingerprint import get_device_platform
 
     return get_device_platform()
 

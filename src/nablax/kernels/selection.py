@@ -62,9 +62,9 @@ from .. import _config
 from ..errors import NoConfigError
 from ._call import CallSpec
 from .cache import ConfigCache, PersistentCache, cfg_to_json, declared_config_types
-from .fingerprint import device_fingerprint, get_device_platform
 from .invocation import Invocation
 from .kernel import Kernel, check_cfg
+from .store.fingerprint import device_fingerprint, get_device_platform
 from .tuner import Tuner, TuneResult, check_min_gain, concrete_call, outside_traces
 
 _FALLBACKS = ("autotune", "heuristic", "error")

@@ -106,7 +106,7 @@ def recorded_calls(store: Any) -> list:
 
 
 def _key(inv: Invocation) -> tuple:
-    from .fingerprint import device_fingerprint
+    from .store.fingerprint import device_fingerprint
 
     return (device_fingerprint(), inv.op_id, inv.call_key)
 

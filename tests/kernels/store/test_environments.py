@@ -2,7 +2,7 @@
 processes: an unusable cache folder, two nablax versions (schemas) sharing one file, a file
 migrated while other processes write it.
 
-A newer nablax is simulated in a child by raising ``_dbfile.SCHEMA_VERSION`` and adding the
+A newer nablax is simulated in a child by raising ``schema.SCHEMA_VERSION`` and adding the
 migration that a real release would add (a column with a default: migrations are additive).
 """
 
@@ -22,7 +22,7 @@ import pytest
 
 from nablax.kernels.cache import CacheFileError, PersistentCache
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+SRC = Path(__file__).resolve().parents[3] / "src"
 OP = "matmul@v1"
 
 # Prelude of every child: the config class lives in a real module (cfgmod.py in the test folder).
@@ -30,10 +30,10 @@ _PRELUDE = """
 import json, sys, time, warnings
 sys.path.insert(0, {folder!r})
 warnings.simplefilter("always")
-from nablax.kernels import _dbfile
+from nablax.kernels.store import schema
 if {schema} == 2:  # a newer nablax: one additive migration
-    _dbfile.SCHEMA_VERSION = 2
-    _dbfile.MIGRATIONS[1] = ("ALTER TABLE configs ADD COLUMN note TEXT NOT NULL DEFAULT ''",)
+    schema.SCHEMA_VERSION = 2
+    schema.MIGRATIONS[1] = ("ALTER TABLE configs ADD COLUMN note TEXT NOT NULL DEFAULT ''",)
 from nablax.kernels.cache import PersistentCache
 from cfgmod import Cfg
 def out(**kw):

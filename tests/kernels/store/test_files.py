@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from nablax import _config, cli
-from nablax.kernels import _dbfile
 from nablax.kernels.cache import (
     CacheFileError,
     PersistentCache,
     StoredConfig,
     cfg_to_json,
 )
+from nablax.kernels.store import schema
 
 DEV, OP = "cpu|test-device", "matmul@v1"
 
@@ -262,18 +262,18 @@ def test_sound_file_is_never_moved(tmp_path):
 def test_legacy_file_without_application_id_is_adopted(tmp_path):
     path = tmp_path / "kernels.sqlite"  # what the first nablax wrote: schema 1, no id
     with sqlite3.connect(path) as raw:
-        for stmt in _dbfile.BASE_SCHEMA:
+        for stmt in schema.BASE_SCHEMA:
             raw.execute(stmt)
         raw.execute("PRAGMA user_version = 1")
         raw.execute(
             "INSERT INTO configs VALUES (?, ?, ?, ?, 'autotune', '0.1.0', 0, '')",
             (DEV, OP, "old", cfg_to_json(Cfg(3))),
         )
-    assert _dbfile.inspect(path).kind == "nablax"
+    assert schema.inspect(path).kind == "nablax"
     cache = PersistentCache(path)
     assert cache.mode == "read-write" and cache.get(DEV, OP, "old") == Cfg(3)
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA application_id").fetchone()[0] == _dbfile.APPLICATION_ID
+        assert raw.execute("PRAGMA application_id").fetchone()[0] == schema.APPLICATION_ID
     cache.close()
 
 

@@ -1,6 +1,5 @@
-"""``PersistentCache``: the SQLite half of the kernel config caches (see ``cache.py``, which
-re-exports it; the file format and its rules live in ``_dbfile.py``, messages and seed arguments
-in ``_dbmisc.py``).
+"""``PersistentCache``: the SQLite half of the kernel config store -- when to read, write,
+degrade and salvage (the file format is ``schema.py``; see the package docstring for the map).
 
 One SQLite file in WAL mode, opened once per thread and per process, so any number of threads and
 processes may read and write it at the same time. When the file cannot be used the cache degrades
@@ -28,44 +27,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import NablaxError
-from . import _dbfile, _dbmisc
-from ._configs import (
+from ... import _caches
+from ...errors import NablaxError
+from .._configs import (
     _ABANDONED,
     _LIVE_CACHES,
     CacheEntry,
-    StoredConfig,
     _check_args,
     _encode,
     _norm_timings,
     _package_version,
-    _parse,
-    _resolve_class,
-    cfg_from_json,
 )
-from ._dbfile import NewerSchema, NotOurs
+from . import arguments, connections, encoding, memory, messages, salvage, schema
+from .schema import NewerSchema, NotOurs
 
 _MAX_ATTEMPTS = 60  # retries of a locked/busy statement on top of SQLite's own busy timeout
 _UNUSABLE = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)
-
-_SQL_GET = "SELECT cfg_json FROM configs WHERE device = ? AND op_id = ? AND call_key = ?"
-_SQL_ENTRIES = """SELECT c.device, c.op_id, c.call_key, c.cfg_json, c.source,
-    coalesce(t.timings_json, '[]'), c.package_version, c.created, c.signature
-    FROM configs AS c LEFT JOIN timings AS t USING (device, op_id, call_key)"""
-_SQL_PUT = """INSERT INTO configs (device, op_id, call_key, cfg_json, source, package_version,
-    created, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-    ON CONFLICT (device, op_id, call_key) DO UPDATE SET cfg_json = excluded.cfg_json,
-    source = excluded.source, package_version = excluded.package_version,
-    created = excluded.created, signature = excluded.signature"""
-_SQL_PUT_TIMINGS = """INSERT INTO timings (device, op_id, call_key, timings_json)
-    VALUES (?, ?, ?, ?)
-    ON CONFLICT (device, op_id, call_key) DO UPDATE SET timings_json = excluded.timings_json"""
-_SQL_RECORD = """INSERT INTO invocations (op_id, call_key, signature_json, count, first_seen,
-    last_seen) VALUES (?, ?, ?, 1, ?, ?)
-    ON CONFLICT (op_id, call_key) DO UPDATE SET count = count + 1,
-    signature_json = excluded.signature_json, last_seen = excluded.last_seen"""
-_SQL_KEYS = "SELECT device, op_id, call_key FROM configs"
-_SQL_RECORDED = "SELECT op_id, call_key, signature_json, count FROM invocations"
+_DECODED = 1024  # decoded configs kept per cache object
 
 
 class CacheFileError(NablaxError, RuntimeError):
@@ -96,7 +74,7 @@ class PersistentCache:
     ``"read-only"`` for a file written by a newer nablax (read, never modified; new entries stay in
     memory). ``fallback=False`` raises :class:`CacheFileError` instead. A database that fails
     SQLite's integrity check is salvaged into a new file (see the module docstring). Stored config
-    classes are looked up among declared classes, never imported (see ``cache.py``).
+    classes are looked up among declared classes, never imported (see ``nablax.kernels.store``).
 
     ``read_only=True`` opens an existing database for reading only (``nablax cache list``): it
     creates, renames and writes nothing, and raises :class:`CacheFileError` when the path is not a
@@ -140,19 +118,20 @@ class PersistentCache:
         fallback: bool = True,
         **ignored: Any,
     ):
-        seed = _dbmisc.seed_arguments(args, path, opname, loader, dumper, cfg_type, ignored)
+        seed = arguments.seed_arguments(args, path, opname, loader, dumper, cfg_type, ignored)
         self.opname: str | None = seed.opname
         self._loader, self._dumper, self._types = seed.loader, seed.dumper, seed.cfg_types
-        self._path = _dbmisc.resolve_path(seed.path)
+        self._path = arguments.resolve_path(seed.path)
         self._read_only, self._fallback = bool(read_only), bool(fallback)
         self._local = threading.local()
         self._lock = threading.Lock()  # guards _conns, _warned, mode changes and salvage
-        self._conns: weakref.WeakSet[_dbmisc.Conn] = weakref.WeakSet()
+        self._conns: weakref.WeakSet[connections.Conn] = weakref.WeakSet()
         self._epoch = 0  # bumped to make every thread reopen (close, mode change, salvage, fork)
         self._warned: set[tuple[str, str, str]] = set()
-        self._decoded: dict[str, Any] = {}  # cfg_json -> config, bounded
+        # cfg_json -> config: configs are frozen, so equal text gives an equal config
+        self._decoded = _caches.Cache("kernels.persistent_decoded", _DECODED, register=False)
         self._file: str | None = "ro" if read_only else "rw"  # how the file is used; None: not
-        self._mem: _dbmisc.MemoryDB | None = None  # entries kept in this process only
+        self._mem: memory.MemoryDB | None = None  # entries kept in this process only
         self.problem: str | None = None
         _LIVE_CACHES.add(self)
         if read_only:
@@ -177,51 +156,51 @@ class PersistentCache:
     # -- opening and degrading --
 
     def _start(self) -> None:
-        info = _dbfile.inspect(self._path)
+        info = schema.inspect(self._path)
         if info.kind == "corrupt":  # where the cache is to be kept: move it aside, start anew
             info = self._move_aside()
             if info is None:
                 return
-        if info.kind == "nablax" and info.schema > _dbfile.SCHEMA_VERSION:
-            self._degrade("ro", _dbmisc.newer_message(self._path, info.schema))
+        if info.kind == "nablax" and info.schema > schema.SCHEMA_VERSION:
+            self._degrade("ro", messages.newer_message(self._path, info.schema))
             return
         if info.kind in ("not_sqlite", "foreign", "not_file", "unreadable"):
-            self._degrade(None, _dbmisc.not_ours_message(self._path, info.detail))
+            self._degrade(None, messages.not_ours_message(self._path, info.detail))
             return
         if info.kind == "no_folder":
-            self._degrade(None, _dbmisc.location_message(self._path, info.detail))
+            self._degrade(None, messages.location_message(self._path, info.detail))
             return
         if info.kind == "locked":
-            self._degrade(None, _dbmisc.locked_message(self._path, info.detail, memory=True))
+            self._degrade(None, messages.locked_message(self._path, info.detail, memory=True))
             return
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            self._degrade(None, _dbmisc.location_message(self._path, _dbmisc.os_reason(e)))
+            self._degrade(None, messages.location_message(self._path, messages.os_reason(e)))
             return
         with contextlib.suppress(_Switched):
             self._run(lambda conn: None)  # open now: create or migrate here
             if info.kind == "damaged":  # read it all now, so that it is salvaged here
                 self._run(lambda conn: conn.execute("SELECT count(*) FROM configs").fetchone())
 
-    def _move_aside(self) -> _dbfile.FileInfo | None:
+    def _move_aside(self) -> schema.FileInfo | None:
         """Rename a file that fails SQLite's checks aside (never delete it), with a warning;
         what is at the path now, or None when it could not be moved (the cache went to memory)."""
         with self._lock:
-            info, problem = _dbmisc.move_aside_if_corrupt(self._path)
+            info, problem = salvage.move_aside_if_corrupt(self._path)
         if problem is not None:
             self._degrade(None, problem)
             return None
         return info
 
     def _start_read_only(self) -> None:
-        info = _dbfile.inspect(self._path)
+        info = schema.inspect(self._path)
         if info.kind != "nablax":
-            raise CacheFileError(_dbmisc.read_only_message(self._path, info))
+            raise CacheFileError(messages.read_only_message(self._path, info))
         try:
             self._run(lambda conn: conn.execute("SELECT count(*) FROM configs").fetchone())
         except sqlite3.DatabaseError as e:
-            raise CacheFileError(_dbmisc.unreadable_message(self._path, e)) from None
+            raise CacheFileError(messages.unreadable_message(self._path, e)) from None
 
     def _degrade(self, file_mode: str | None, message: str) -> None:
         """Stop writing the file (``"ro"``: keep reading it; ``None``: forget it), keep new
@@ -230,11 +209,11 @@ class PersistentCache:
             self._file = file_mode
             self.problem = message
             if self._mem is None:
-                self._mem = _dbmisc.MemoryDB()
+                self._mem = memory.MemoryDB()
             self._epoch += 1
         if not self._fallback:
             raise CacheFileError(message)
-        _dbmisc.warn_once(message)
+        messages.warn_once(message)
 
     # -- connections, retries and recovery --
 
@@ -247,30 +226,25 @@ class PersistentCache:
             h = self._open()
         return h.conn
 
-    def _open(self) -> _dbmisc.Conn:
+    def _open(self) -> connections.Conn:
         self._local.h = None
         if self._file is None:
             raise _Switched()
         epoch = self._epoch
         if self._file == "ro":
-            conn = _dbfile.connect_readonly(self._path)
+            conn = connections.connect_readonly(self._path)
         else:
-            conn = sqlite3.connect(
-                self._path,
-                timeout=_dbfile.busy_timeout_s(),
-                isolation_level=None,
-                check_same_thread=False,
-            )
+            conn = connections.connect_readwrite(self._path)
         # The file this thread opened: salvage and writes check it is still the one at our path.
-        self._local.file_id = _dbmisc.file_id(self._path)
+        self._local.file_id = connections.file_id(self._path)
         try:
             if self._file == "rw":
-                _dbfile.prepare_for_writing(conn)
-                _dbfile.set_wal(conn)
+                schema.prepare_for_writing(conn)
+                schema.set_wal(conn)
         except BaseException:
             conn.close()
             raise
-        h = _dbmisc.Conn(conn, epoch, self._local.file_id)
+        h = connections.Conn(conn, epoch, self._local.file_id)
         with self._lock:
             self._conns.add(h)
         self._local.h = h
@@ -279,9 +253,9 @@ class PersistentCache:
     def _guard(self, conn: sqlite3.Connection) -> None:
         """Inside a write transaction: is this still our file, and still a schema we may write?"""
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > _dbfile.SCHEMA_VERSION:
+        if version > schema.SCHEMA_VERSION:
             raise NewerSchema(version)
-        if _dbmisc.file_id(self._path) != getattr(self._local, "file_id", None):
+        if connections.file_id(self._path) != getattr(self._local, "file_id", None):
             raise _Moved()
 
     def _run(self, op: Callable[[sqlite3.Connection], Any]) -> Any:
@@ -289,7 +263,7 @@ class PersistentCache:
         file, salvaging a damaged one; raises ``_Switched`` when the cache changed mode."""
         # SQLite waits up to the timeout inside one statement; the retries below cover the busy
         # answers it gives at once (a lock upgrade): together never longer than the timeout
-        deadline = time.monotonic() + _dbfile.busy_timeout_s()
+        deadline = time.monotonic() + connections.busy_timeout_s()
         for attempt in itertools.count(1):
             try:
                 return op(self._conn())
@@ -303,33 +277,33 @@ class PersistentCache:
                         f"another process. Fix: give this process its own NABLAX_CACHE_DIR."
                     ) from None
             except NewerSchema as e:
-                self._degrade("ro", _dbmisc.newer_message(self._path, e.version))
+                self._degrade("ro", messages.newer_message(self._path, e.version))
                 raise _Switched() from None
             except NotOurs as e:
-                self._degrade(None, _dbmisc.not_ours_message(self._path, str(e)))
+                self._degrade(None, messages.not_ours_message(self._path, str(e)))
                 raise _Switched() from None
             except sqlite3.DatabaseError as e:  # OperationalError ("locked") is a subclass
-                if _dbmisc.is_busy(e):
+                if connections.is_busy(e):
                     if time.monotonic() > deadline or attempt >= _MAX_ATTEMPTS:
                         self._locked(e)  # raises
                     time.sleep(min(0.001 * attempt, 0.05))
-                elif self._file == "rw" and _dbmisc.code(e) in _UNUSABLE:
+                elif self._file == "rw" and connections.code(e) in _UNUSABLE:
                     readable = os.access(self._path, os.R_OK)
                     reason = f"it cannot be written ({type(e).__name__}: {e})"
                     if readable:
-                        self._degrade("ro", _dbmisc.read_only_file_message(self._path, reason))
+                        self._degrade("ro", messages.read_only_file_message(self._path, reason))
                     else:
-                        self._degrade(None, _dbmisc.location_message(self._path, reason))
+                        self._degrade(None, messages.location_message(self._path, reason))
                     raise _Switched() from None
-                elif self._file != "rw" and _dbmisc.code(e) == sqlite3.SQLITE_READONLY:
+                elif self._file != "rw" and connections.code(e) == sqlite3.SQLITE_READONLY:
                     raise _Switched() from None  # another thread degraded the cache meanwhile
-                elif self._file == "rw" and _dbmisc.is_corrupt(e) and attempt <= 3:
+                elif self._file == "rw" and connections.is_corrupt(e) and attempt <= 3:
                     try:
                         self._recover(e)
                     except TimeoutError as t:  # another process holds the salvage lock
                         self._locked(t)
                     except NotOurs as n:  # replaced meanwhile by something that is not ours
-                        self._degrade(None, _dbmisc.not_ours_message(self._path, str(n)))
+                        self._degrade(None, messages.not_ours_message(self._path, str(n)))
                         raise _Switched() from None
                 else:
                     raise
@@ -344,8 +318,8 @@ class PersistentCache:
             with contextlib.suppress(sqlite3.Error):
                 h.conn.close()
         if self._read_only:
-            raise CacheFileError(_dbmisc.locked_message(self._path, str(err), memory=False))
-        self._degrade(None, _dbmisc.locked_message(self._path, str(err), memory=self._fallback))
+            raise CacheFileError(messages.locked_message(self._path, str(err), memory=False))
+        self._degrade(None, messages.locked_message(self._path, str(err), memory=self._fallback))
         raise _Switched()
 
     def _recover(self, err: sqlite3.Error) -> None:
@@ -354,18 +328,18 @@ class PersistentCache:
         if h is not None:
             with contextlib.suppress(sqlite3.Error):
                 h.conn.close()
-        with self._lock, _dbmisc.interprocess_lock(self._path):
+        with self._lock, connections.interprocess_lock(self._path):
             # Another thread or process may have salvaged the file already: then just reopen.
-            if _dbmisc.file_id(self._path) == getattr(self._local, "file_id", None):
-                info = _dbfile.inspect(self._path)
+            if connections.file_id(self._path) == getattr(self._local, "file_id", None):
+                info = schema.inspect(self._path)
                 if info.kind not in ("nablax", "damaged"):
                     raise NotOurs(info.detail)  # replaced by something that is not ours
-                problems = _dbfile.integrity_problems(self._path)
+                problems = schema.integrity_problems(self._path)
                 if not problems:
                     raise err  # SQLite finds the file sound: nothing to salvage
-                kept, lost, aside = _dbmisc.salvage_and_replace(self._path)
-                _dbmisc.warn_once(
-                    _dbmisc.salvage_message(self._path, problems[0], kept, lost, aside), once=False
+                kept, lost, aside = salvage.salvage_and_replace(self._path)
+                messages.warn_once(
+                    messages.salvage_message(self._path, problems[0], kept, lost, aside), once=False
                 )
             self._epoch += 1
 
@@ -377,7 +351,7 @@ class PersistentCache:
         self._epoch += 1
         if self._mem is not None:  # the parent's connection is not safe here: start empty
             _ABANDONED.append(self._mem)
-            self._mem = _dbmisc.MemoryDB()
+            self._mem = memory.MemoryDB()
 
     # -- reading and writing, whatever the mode --
 
@@ -392,11 +366,11 @@ class PersistentCache:
                     continue
                 except sqlite3.DatabaseError as e:
                     if self._read_only:
-                        raise CacheFileError(_dbmisc.unreadable_message(self._path, e)) from None
+                        raise CacheFileError(messages.unreadable_message(self._path, e)) from None
                     if self._file != "ro":
                         raise
                     # A newer schema this nablax cannot read, or damage it must not repair.
-                    _dbmisc.warn_once(_dbmisc.unreadable_message(self._path, e, self.problem))
+                    messages.warn_once(messages.unreadable_message(self._path, e, self.problem))
             mem = self._mem
             return (mem.run(op) if mem is not None else None), file_result
         raise AssertionError("the cache kept changing mode")  # pragma: no cover
@@ -414,7 +388,7 @@ class PersistentCache:
             if self._file == "rw":
                 try:
                     return self._run(
-                        lambda conn: _dbmisc.transaction(conn, statements, self._guard)
+                        lambda conn: connections.transaction(conn, statements, self._guard)
                     )
                 except _Switched:
                     continue
@@ -423,7 +397,7 @@ class PersistentCache:
                     f"{api}: {self._path} was opened with read_only=True. Fix: open it with "
                     f"PersistentCache(path) to change it."
                 )
-            return self._mem.run(lambda conn: _dbmisc.transaction(conn, statements))
+            return self._mem.run(lambda conn: connections.transaction(conn, statements))
 
     def _types_for(self, types: Any) -> Any:
         if not self._types:
@@ -431,28 +405,17 @@ class PersistentCache:
         return lambda: (*self._types, *((types() if callable(types) else types) or ()))
 
     def _decode(self, cfg_json: str, key: tuple[str, str, str], types: Any = None) -> Any:
-        cfg = self._decoded.get(cfg_json)  # configs are frozen: equal text, equal config
+        cfg = self._decoded.get(cfg_json)
         if cfg is not None:
             return cfg
         try:
             if self._loader is not None:
-                return _dbmisc.load_with(self._loader, cfg_json)
-            try:
-                cfg = cfg_from_json(cfg_json, self._types_for(types))
-            except TypeError:
-                # not declared: a class of a module this process imported is used (found in
-                # sys.modules, never imported); else one warning per class names the fix
-                name = _parse(cfg_json, "nablax.kernels.PersistentCache")[0]
-                if _resolve_class(name, self._types_for(types)) is not None:
-                    raise  # declared, but the stored fields no longer fit it: stale
-                cls = _dbmisc.imported_class(name)
-                if cls is None:
-                    self._warn((name,), _dbmisc.undeclared_message(self._path, key, name))
-                    return None
-                cfg = cfg_from_json(cfg_json, (cls,))
-            if len(self._decoded) >= 1024:
-                self._decoded.clear()
-            self._decoded[cfg_json] = cfg
+                return encoding.load_with(self._loader, cfg_json)
+            cfg, undeclared = encoding.decode_config(cfg_json, self._types_for(types))
+            if undeclared is not None:
+                self._warn((undeclared,), messages.undeclared_message(self._path, key, undeclared))
+                return None
+            self._decoded.put(cfg_json, cfg)
             return cfg
         except (TypeError, ValueError) as e:
             self._warn(key, f"{e} (entry {key} in {self._path})")
@@ -464,31 +427,22 @@ class PersistentCache:
             first = what not in self._warned
             self._warned.add(what)
         if first:
-            _dbmisc.warn_once(message, once=False)
+            messages.warn_once(message, once=False)
 
     def _entry(self, row: tuple, resolve: bool = True, types: Any = None) -> CacheEntry | None:
-        d, op, key, cfg_json, source, timings, version, created, sig = row
-        if resolve:
-            cfg = self._decode(cfg_json, (d, op, key), types)
-            if cfg is None:
-                return None
-        else:
-            try:
-                cfg = StoredConfig.from_json(cfg_json)
-            except ValueError:
-                cfg = StoredConfig("?", (("text", cfg_json[:80]),))
-        return CacheEntry(
-            d, op, key, cfg, source, _dbmisc.timings_from_json(timings), version, created, sig
-        )
+        if not resolve:  # the stored text, no class rebuilt (``nablax cache list``)
+            return encoding.entry_from_row(row, encoding.stored_text(row[3]))
+        cfg = self._decode(row[3], tuple(row[:3]), types)
+        return None if cfg is None else encoding.entry_from_row(row, cfg)
 
     # -- configs --
 
     def get(self, device: str, op_id: str, call_key: str, *, types: Any = None) -> Any:
         """The stored config, or ``None`` (absent, or stale: its class is not declared or no longer
-        fits). ``types``: config classes to accept besides the declared ones (see ``cache.py``)."""
+        fits). ``types``: config classes to accept besides the declared ones (see ``nablax.kernels.store``)."""
         _check_args("nablax.kernels.PersistentCache.get", device, op_id, call_key)
         key = (device, op_id, call_key)
-        row = self._first(lambda conn: conn.execute(_SQL_GET, key).fetchone())
+        row = self._first(lambda conn: conn.execute(schema.SQL_GET, key).fetchone())
         return None if row is None else self._decode(row[0], key, types)
 
     def get_entry(
@@ -497,7 +451,7 @@ class PersistentCache:
         """The whole :class:`CacheEntry` (config, source, timings, version, time), or ``None``."""
         _check_args("nablax.kernels.PersistentCache.get_entry", device, op_id, call_key)
         key = (device, op_id, call_key)
-        sql = _SQL_ENTRIES + " WHERE c.device = ? AND c.op_id = ? AND c.call_key = ?"
+        sql = schema.SQL_ENTRIES + " WHERE c.device = ? AND c.op_id = ? AND c.call_key = ?"
         row = self._first(lambda conn: conn.execute(sql, key).fetchone())
         return None if row is None else self._entry(row, True, types)
 
@@ -522,29 +476,32 @@ class PersistentCache:
             raise TypeError(f"{api}: signature must be a str, got {type(signature).__name__}.")
         encode = _encode if self._dumper is None else self._dump
         cfg_json = encode(cfg, api)
-        timings_json = _dbmisc.timings_to_json(_norm_timings(timings, api, encode))
+        timings_json = encoding.timings_to_json(_norm_timings(timings, api, encode))
         key = (device, op_id, call_key)
         self._write(
             [
-                (_SQL_PUT, (*key, cfg_json, source, _package_version(), time.time(), signature)),
-                (_SQL_PUT_TIMINGS, (*key, timings_json)),
+                (
+                    schema.SQL_PUT,
+                    (*key, cfg_json, source, _package_version(), time.time(), signature),
+                ),
+                (schema.SQL_PUT_TIMINGS, (*key, timings_json)),
             ],
             api,
         )
 
     def _dump(self, cfg: Any, api: str) -> str:
-        return _dbmisc.dump_with(self._dumper, cfg, api)
+        return encoding.dump_with(self._dumper, cfg, api)
 
     def entries(
         self, op_id: str | None = None, *, resolve: bool = True, types: Any = None
     ) -> list[CacheEntry]:
         """All entries (of one versioned op id if given), sorted by op, device and call key.
 
-        Stale entries (config class not declared, see ``cache.py``) are left out, with a warning.
+        Stale entries (config class not declared, see ``nablax.kernels.store``) are left out, with a warning.
         ``resolve=False`` rebuilds no class at all: configs come back as :class:`StoredConfig`
         text (what ``nablax cache list`` shows).
         """
-        sql, params = _SQL_ENTRIES, ()
+        sql, params = schema.SQL_ENTRIES, ()
         if op_id is not None:
             sql, params = sql + " WHERE c.op_id = ?", (op_id,)
         mem_rows, file_rows = self._read(lambda conn: conn.execute(sql, params).fetchall())
@@ -570,7 +527,7 @@ class PersistentCache:
         if self._mem is None:
             _, n = self._read(lambda conn: conn.execute("SELECT count(*) FROM configs").fetchone())
             return 0 if n is None else n[0]
-        mem_keys, file_keys = self._read(lambda conn: conn.execute(_SQL_KEYS).fetchall())
+        mem_keys, file_keys = self._read(lambda conn: conn.execute(schema.SQL_KEYS).fetchall())
         return len(set(mem_keys or ()) | set(file_keys or ()))
 
     # -- recorded invocations (NABLAX_OPS_RECORD=1) --
@@ -585,12 +542,12 @@ class PersistentCache:
                 f"Fix: pass json.dumps(...) of the abstract shapes and dtypes."
             )
         now = time.time()
-        self._write([(_SQL_RECORD, (op_id, call_key, signature_json, now, now))], api)
+        self._write([(schema.SQL_RECORD, (op_id, call_key, signature_json, now, now))], api)
 
     def recorded(self, op_id: str | None = None) -> list[tuple[str, str, str, int]]:
         """``(op_id, call_key, signature_json, count)`` of recorded invocations, sorted (counts
         kept in memory in ``"read-only"`` mode are added to the file's)."""
-        sql, params = _SQL_RECORDED, ()
+        sql, params = schema.SQL_RECORDED, ()
         if op_id is not None:
             sql, params = sql + " WHERE op_id = ?", (op_id,)
         mem_rows, file_rows = self._read(lambda conn: conn.execute(sql, params).fetchall())

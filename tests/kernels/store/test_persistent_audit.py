@@ -19,10 +19,10 @@ import pytest
 
 import nablax as nx
 from nablax import cli
-from nablax.kernels import _dbfile
 from nablax.kernels.cache import CacheFileError, PersistentCache, register_config_class
+from nablax.kernels.store import schema
 
-SRC = Path(__file__).resolve().parents[2] / "src"
+SRC = Path(__file__).resolve().parents[3] / "src"
 ENV = {
     **os.environ,
     "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
@@ -130,7 +130,7 @@ def test_inspect_reports_a_locked_file_as_locked_not_damaged(locked_db):
     (locked_db.parent / "kernels.sqlite-wal").touch()  # a live WAL pair: inspect must open it
     (locked_db.parent / "kernels.sqlite-shm").touch()
     with nx.config.override(cache_lock_timeout=1):
-        info = _dbfile.inspect(locked_db)
+        info = schema.inspect(locked_db)
     assert info.kind in ("locked", "nablax"), info  # never "damaged": that would be salvaged
 
 

@@ -1,6 +1,6 @@
-"""The kernel database file: its schema, how a file is recognized as nablax's, how it is read
-without creating anything, migrated, checked and salvaged. ``PersistentCache`` (``_sqlite.py``)
-decides when; this module only knows the file.
+"""The kernel database file format: its schema and statements, how a file is recognized as
+nablax's, how it is migrated and checked. ``PersistentCache`` (``persistent.py``) decides when;
+this module only knows the file (``salvage.py`` copies what a damaged one still holds).
 
 Rules (see the README section "Where nablax keeps data"):
 
@@ -19,26 +19,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import sqlite3
-import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 
-from .. import _config
+from .connections import connect_readonly, rollback
 
 # Module attributes, read at call time (tests simulate another nablax by changing them).
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x6E784B43  # "nxKC": nablax kernel configs, at offset 68 of the SQLite header
 _MAGIC = b"SQLite format 3\x00"
 TABLES = frozenset({"configs", "timings", "invocations"})
-
-
-def busy_timeout_s() -> float:
-    """How long to wait for a database another process holds locked: the option
-    ``cache_lock_timeout`` (seconds), read at each connection."""
-    return float(_config.get("cache_lock_timeout"))
 
 
 # Schema 1, frozen forever; a new file is BASE_SCHEMA plus every migration. Timings live in their
@@ -61,6 +52,26 @@ BASE_SCHEMA = (
 )
 # MIGRATIONS[v]: the statements that turn schema v into v + 1 (additive only, see above).
 MIGRATIONS: dict[int, tuple[str, ...]] = {}
+
+# The statements of the store (columns of schema 1, which every later schema keeps).
+SQL_GET = "SELECT cfg_json FROM configs WHERE device = ? AND op_id = ? AND call_key = ?"
+SQL_ENTRIES = """SELECT c.device, c.op_id, c.call_key, c.cfg_json, c.source,
+    coalesce(t.timings_json, '[]'), c.package_version, c.created, c.signature
+    FROM configs AS c LEFT JOIN timings AS t USING (device, op_id, call_key)"""
+SQL_PUT = """INSERT INTO configs (device, op_id, call_key, cfg_json, source, package_version,
+    created, signature) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (device, op_id, call_key) DO UPDATE SET cfg_json = excluded.cfg_json,
+    source = excluded.source, package_version = excluded.package_version,
+    created = excluded.created, signature = excluded.signature"""
+SQL_PUT_TIMINGS = """INSERT INTO timings (device, op_id, call_key, timings_json)
+    VALUES (?, ?, ?, ?)
+    ON CONFLICT (device, op_id, call_key) DO UPDATE SET timings_json = excluded.timings_json"""
+SQL_RECORD = """INSERT INTO invocations (op_id, call_key, signature_json, count, first_seen,
+    last_seen) VALUES (?, ?, ?, 1, ?, ?)
+    ON CONFLICT (op_id, call_key) DO UPDATE SET count = count + 1,
+    signature_json = excluded.signature_json, last_seen = excluded.last_seen"""
+SQL_KEYS = "SELECT device, op_id, call_key FROM configs"
+SQL_RECORDED = "SELECT op_id, call_key, signature_json, count FROM invocations"
 
 
 class NewerSchema(sqlite3.DatabaseError):
@@ -86,22 +97,6 @@ class FileInfo:
     kind: str
     detail: str
     schema: int = 0
-
-
-def wal_files(path: Path) -> tuple[str, str]:
-    return f"{path}-wal", f"{path}-shm"
-
-
-def connect_readonly(path: Path) -> sqlite3.Connection:
-    """A connection that cannot write and creates no file. With a live ``-wal``/``-shm`` pair it
-    sees every committed write (``mode=ro``); without one the main file holds everything, and
-    ``immutable=1`` reads it without creating the pair that ``mode=ro`` would leave behind."""
-    wal, shm = wal_files(path)
-    mode = "mode=ro" if os.path.exists(wal) and os.path.exists(shm) else "immutable=1"
-    uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?{mode}"
-    return sqlite3.connect(
-        uri, uri=True, timeout=busy_timeout_s(), isolation_level=None, check_same_thread=False
-    )
 
 
 def _describe_bytes(head: bytes) -> str:
@@ -187,7 +182,7 @@ def classify(version: int, app: int, tables: set[str]) -> FileInfo:
     )
 
 
-def _tables(conn: sqlite3.Connection) -> set[str]:
+def table_names(conn: sqlite3.Connection) -> set[str]:
     return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
@@ -196,13 +191,6 @@ def ids(conn: sqlite3.Connection) -> tuple[int, int]:
         conn.execute("PRAGMA user_version").fetchone()[0],
         conn.execute("PRAGMA application_id").fetchone()[0],
     )
-
-
-def rollback(conn: sqlite3.Connection) -> None:
-    if conn.in_transaction:
-        # The statement's own error is what propagates; a failing ROLLBACK adds nothing to it.
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
 
 
 def build(conn: sqlite3.Connection, from_version: int) -> None:
@@ -233,7 +221,7 @@ def prepare_for_writing(conn: sqlite3.Connection) -> int:
     try:
         # Read again under the write lock: another process may have built or migrated it.
         version, app = ids(conn)
-        tables = _tables(conn)
+        tables = table_names(conn)
         if version > SCHEMA_VERSION:
             raise NewerSchema(version)
         info = classify(version, app, tables)
@@ -263,134 +251,3 @@ def integrity_problems(path: Path) -> list[str]:
     except sqlite3.DatabaseError as e:
         return [str(e)]
     return [] if rows == ["ok"] else rows
-
-
-# --- salvage -------------------------------------------------------------------------------------
-
-_KEYS = {"configs": "device, op_id, call_key", "timings": "device, op_id, call_key",
-         "invocations": "op_id, call_key"}  # fmt: skip
-# The columns of schema 1, which every later schema keeps (migrations only add).
-_COLUMNS = {
-    "configs": "device, op_id, call_key, cfg_json, source, package_version, created, signature",
-    "timings": "device, op_id, call_key, timings_json",
-    "invocations": "op_id, call_key, signature_json, count, first_seen, last_seen",
-}
-# Every way to walk a table's keys: a damaged page stops one walk, not the others (forward and
-# backward through the table's own b-tree, and through an index that is a separate b-tree).
-_KEY_WALKS = {
-    "configs": ("", " INDEXED BY configs_by_op ORDER BY op_id", " INDEXED BY configs_by_op "
-                "ORDER BY op_id DESC"),
-    "timings": (" ORDER BY rowid", " ORDER BY rowid DESC", " ORDER BY device, op_id, call_key",
-                " ORDER BY device DESC, op_id DESC, call_key DESC"),
-    "invocations": ("", " ORDER BY op_id DESC, call_key DESC"),
-}  # fmt: skip
-
-
-def _walk(conn: sqlite3.Connection, sql: str) -> Iterator[tuple]:
-    try:
-        yield from conn.execute(sql)  # rows come one step at a time: all before the damage
-    except sqlite3.DatabaseError:
-        return
-
-
-def _known_keys(conn: sqlite3.Connection, table: str) -> set[tuple]:
-    cols = _KEYS[table]
-    desc = ", ".join(f"{c} DESC" for c in cols.split(", "))
-    walks = (*_KEY_WALKS[table], f" ORDER BY {cols}", f" ORDER BY {desc}")
-    keys: set[tuple] = set()
-    for w in dict.fromkeys(walks):
-        keys.update(_walk(conn, f"SELECT {cols} FROM {table}{w}"))
-    return {k for k in keys if all(isinstance(x, str) for x in k)}  # no garbled keys
-
-
-# Column types of a sound row; JSON columns must parse. A damaged page can yield rows without an
-# error (bytes of another cell, zeros): those fail these checks and count as lost.
-_KINDS = {
-    "configs": ("s", "s", "s", "j", "s", "s", "n", "s"),
-    "timings": ("s", "s", "s", "j"),
-    "invocations": ("s", "s", "j", "i", "n", "n"),
-}
-
-
-def _sound(row: tuple, kinds: tuple[str, ...]) -> bool:
-    for v, k in zip(row, kinds):
-        if k in "sj" and not (isinstance(v, str) and "\x00" not in v):
-            return False
-        if k == "j" and not _valid_json(v):
-            return False
-        if k == "n" and not isinstance(v, (int, float)):
-            return False
-        if k == "i" and not isinstance(v, int):
-            return False
-    return True
-
-
-def _row(conn: sqlite3.Connection, table: str, key: tuple) -> tuple | None:
-    """The row of ``key`` if it can be read and looks sound, else None."""
-    where = " AND ".join(f"{c} = ?" for c in _KEYS[table].split(", "))
-    sql = f"SELECT {_COLUMNS[table]} FROM {table} WHERE {where}"
-    try:
-        row = conn.execute(sql, key).fetchone()
-    except sqlite3.DatabaseError:
-        return None
-    return row if row is not None and _sound(row, _KINDS[table]) else None
-
-
-def salvage(src: Path, dst: sqlite3.Connection) -> tuple[int, int]:
-    """Copy every entry of the damaged database ``src`` that can still be read, row by row, into
-    ``dst`` (an empty database with the current schema). Returns ``(kept, lost)`` entries, where
-    ``lost`` counts entries whose keys were found but whose config row could not be read."""
-    try:
-        conn = connect_readonly(src)
-    except sqlite3.Error:
-        return 0, 0
-    kept = lost = 0
-    with contextlib.closing(conn):
-        try:
-            # Read the table list even when a table's root page is gone (a truncated file): with
-            # this flag SQLite skips the schema's sanity checks. It writes nothing by itself.
-            conn.execute("PRAGMA writable_schema = ON")
-            src_tables = _tables(conn)
-        except sqlite3.DatabaseError:
-            return 0, 0
-        dst.execute("BEGIN IMMEDIATE")
-        try:
-            entries = set()
-            for t in ("configs", "timings"):
-                if t in src_tables:
-                    entries |= _known_keys(conn, t)
-            for key in sorted(entries):
-                row = _row(conn, "configs", key) if "configs" in src_tables else None
-                if row is None:
-                    lost += 1
-                    continue
-                _insert(dst, "configs", row)
-                t = _row(conn, "timings", key) if "timings" in src_tables else None
-                if t is not None:
-                    _insert(dst, "timings", t)
-                kept += 1
-            if "invocations" in src_tables:
-                for key in sorted(_known_keys(conn, "invocations")):
-                    row = _row(conn, "invocations", key)
-                    if row is not None:
-                        _insert(dst, "invocations", row)
-            dst.execute("COMMIT")
-        except BaseException:
-            rollback(dst)
-            raise
-    return kept, lost
-
-
-def _insert(dst: sqlite3.Connection, table: str, row: tuple) -> None:
-    marks = ", ".join("?" * len(row))
-    dst.execute(f"INSERT OR REPLACE INTO {table} ({_COLUMNS[table]}) VALUES ({marks})", row)
-
-
-def _valid_json(s: object) -> bool:
-    if not isinstance(s, str):
-        return False
-    try:
-        json.loads(s)
-    except ValueError:
-        return False
-    return True

@@ -13,20 +13,24 @@ True
 
 from __future__ import annotations
 
-import functools
 import platform as _platform
 
 import jax
+
+from ... import _caches
+
+# Both answers, computed once (jax's devices do not change in a process); a registered cache, so
+# that nx.clear_caches() makes the next call ask jax again.
+_memo = _caches.Cache("kernels.device_fingerprint", 2)
 
 
 def _platform_name(p: str) -> str:
     return "gpu" if p in ("cuda", "rocm", "gpu") else p
 
 
-@functools.cache
 def get_device_platform() -> str:
     """The default backend's platform: ``"cpu"``, ``"gpu"`` or ``"tpu"``."""
-    return _platform_name(jax.devices()[0].platform)
+    return _memo.get_or_make("platform", lambda: _platform_name(jax.devices()[0].platform))
 
 
 def _cpu_model() -> str:
@@ -40,10 +44,13 @@ def _cpu_model() -> str:
     return _platform.processor() or _platform.machine()
 
 
-@functools.cache
 def device_fingerprint() -> str:
     """A stable string naming this machine's default device and software stack, e.g.
     ``"cpu|AMD EPYC 7B13|n=1|jax=0.10.2|jaxlib=0.10.2"``."""
+    return _memo.get_or_make("fingerprint", _fingerprint)
+
+
+def _fingerprint() -> str:
     import jaxlib
 
     devs = jax.devices()
