@@ -17,7 +17,8 @@ holds classify and analyze_operations; the package docstring lists its modules),
 (call interception for jit), ``engine.py`` (the jit scheduler, its sequential rule and plan),
 ``jit.py`` (jit), ``scheduler.py`` (thread pools, help-while-waiting), ``transforms.py`` (vmap,
 pmap, grad), ``stacking.py`` (per-item results), ``hybrid.py`` (orchestration calls inside
-``jax.grad``), ``loopback.py`` (a local OpenAI-compatible server for tests, demos and benchmarks).
+``jax.grad``), ``loopback.py`` (a local OpenAI-compatible server for tests, demos and benchmarks),
+``_context.py`` (the per-thread state of xcs in one object, and the process-wide state named).
 
 >>> from nablax import xcs
 >>> import numpy as np

@@ -52,11 +52,10 @@ from typing import Any
 
 from .. import _config
 from . import scheduler
+from ._context import XCS
 from ._plan import Plan, PlanNode, Stats
 from ._snapshot import Uncopyable, given, keep_result, mutates_arguments, resolve_in_place, snapshot
-from .futures import Deferred, Lazy, LazyStr, Pending, current_engine, fstring, pending_in, resolve
-
-_current = current_engine
+from .futures import Deferred, Lazy, LazyStr, Pending, fstring, pending_in, resolve
 
 # The sequential rule (calls with effects wait for every earlier call). Only bench/bench_xcs.py
 # turns it off, to measure what the rule costs on read-only pipelines; never off otherwise.
@@ -472,7 +471,7 @@ def _wake(woke: cf.Future, _f: Any = None) -> None:
 def _mark(event: Any) -> None:
     if isinstance(event, PlanNode):
         event.observed = True
-        eng = _current.get()
+        eng = XCS.engine
         if event._seen_at is None and eng is not None:
             event._seen_at = len(eng.nodes)
     else:
@@ -513,20 +512,20 @@ class Runtime:
     __slots__ = ()
 
     def call(self, fn: Any, *args: Any, **kw: Any) -> Any:
-        engine = _current.get()
+        engine = XCS.engine
         if engine is None:
             return fn(*args, **kw)
         return engine.call(fn, *args, **kw)
 
     def call_now(self, fn: Any, *args: Any, **kw: Any) -> Any:
-        engine = _current.get()
+        engine = XCS.engine
         if engine is None:
             return fn(*args, **kw)
         return engine.call_now(fn, *args, **kw)
 
     def settle(self) -> None:
         """Before a ``try`` or ``with`` statement: earlier failures are raised outside it."""
-        engine = _current.get()
+        engine = XCS.engine
         if engine is not None and engine.any_pending:
             engine.settle()
 
@@ -540,7 +539,7 @@ RUNTIME = Runtime()
 
 def current() -> Engine | None:
     """The engine of the ``xcs.jit`` invocation running in this thread / task, if any."""
-    return _current.get()
+    return XCS.engine
 
 
 __all__ = ["Engine", "Plan", "PlanNode", "Stats", "current", "LazyStr"]

@@ -17,21 +17,17 @@ order, exactly as plain Python would have raised it at the ``+``.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import contextvars
 import operator
 from typing import Any
 
 from . import scheduler
-
-# the engine of the xcs.jit invocation running in this thread (engine.py sets it); lazy values
-# made while it runs are registered with it, so that their errors are raised in program order
-current_engine: contextvars.ContextVar[Any] = contextvars.ContextVar(
-    "nablax_xcs_engine", default=None
-)
+from ._context import XCS
 
 
 def _register(lazy: Lazy) -> None:
-    eng = current_engine.get()
+    """Register a lazy value with the engine of the ``xcs.jit`` invocation running here
+    (``XCS.engine``), so that its error is raised in program order."""
+    eng = XCS.engine
     if eng is not None:
         eng.note_lazy(lazy)
 

@@ -4,18 +4,19 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import inspect
 import re
 import sys
 import types
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import jax
 
+from .. import _caches
 from ..errors import XCSError
+from ._context import XCS
 from .runtime import is_tensor_value, is_tracer, tensor_leaves
 
 # ---- real values for orchestration calls inside jax.grad of a hybrid -------------------------
@@ -26,7 +27,6 @@ _TRACER_TEXT = re.compile(r"\w*Tracer\(|Traced<")
 _LIBRARIES = frozenset(
     {"nablax", "jax", "jaxlib", "numpy", "scipy", "torch", "flax", "optax", "equinox", "pytest"}
 )
-_OWNER: contextvars.ContextVar[str] = contextvars.ContextVar("xcs_grad_owner", default="?")
 
 
 class _TracedText(str):
@@ -56,7 +56,7 @@ def host_values(tree: Any, callee: str, path: str = "args", strict: bool = True)
     ``strict`` (an orchestration call): a tracer without a known value, or a string that holds a
     tracer's text (a traced value formatted where ``xcs.grad`` could not see it), raises
     :class:`XCSError`; otherwise such values are passed as they are."""
-    owner = _OWNER.get()
+    owner = XCS.grad_owner
 
     def one(key: Any, x: Any) -> Any:
         where = f"{path}{jax.tree_util.keystr(key)}"
@@ -119,7 +119,6 @@ class HostCalls:
 
     def __init__(self, rewrite: Callable[[Any, Any], Any], classify: Callable[[Any], Any]):
         self._rewrite, self._classify = rewrite, classify
-        self._bodies: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # fn -> new | None
 
     def _kind(self, fn: Any) -> str:
         if is_tensor_value(getattr(fn, "__self__", None)):
@@ -195,23 +194,23 @@ class HostCalls:
         return types.MethodType(new, fn.__self__) if isinstance(fn, types.MethodType) else new
 
     def _rewritten(self, func: types.FunctionType) -> Any:
-        try:
-            return self._bodies[func]
-        except KeyError:
-            pass
+        key = (id(self), id(func))
+        hit = _BODIES.get(key)
+        if hit is not None and hit[0]() is func:  # the same function, still alive
+            return hit[1]
         try:
             new = self._rewrite(func, self)
         except Exception:  # noqa: BLE001 - no trustworthy source: it runs as it is
             new = None
-        self._bodies[func] = new
+        _BODIES.put(key, (weakref.ref(func), new))  # the function itself is not kept alive
         return new
 
 
-@contextlib.contextmanager
-def grad_owner(name: str) -> Iterator[None]:
-    """Name the function ``xcs.grad`` is differentiating, for :func:`host_values` messages."""
-    token = _OWNER.set(name)
-    try:
-        yield
-    finally:
-        _OWNER.reset(token)
+# functions rewritten for xcs.grad: {(id(runtime), id(function)): (weakref to it, new or None)}
+_BODIES = _caches.Cache("xcs.grad_bodies", 1024)
+
+
+def grad_owner(name: str) -> contextlib.AbstractContextManager[None]:
+    """Name the function ``xcs.grad`` is differentiating, for :func:`host_values` messages
+    (``XCS.grad_owner``, per thread and task)."""
+    return XCS.owning_grad(name)

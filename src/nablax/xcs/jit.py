@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import XCSError
 from . import engine as _engine
+from ._context import XCS
 from .classify.analysis import classify
 from .futures import resolve
 from .rewrite import SourceUnavailable, rewrite
@@ -44,7 +45,7 @@ class JitFunction:
         if _engine.current() is not None:  # called inside another invocation: join its engine
             return self._body(*args, **kwargs)
         eng = _engine.Engine(executor_for(self._executor, self._max_workers), classify)
-        token = _engine._current.set(eng)
+        token = XCS.set_engine(eng)
         try:
             try:
                 out = resolve(self._body(*args, **kwargs))
@@ -58,7 +59,7 @@ class JitFunction:
                 raise first
             return out
         finally:
-            _engine._current.reset(token)
+            XCS.reset_engine(token)
             self._last = eng
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:

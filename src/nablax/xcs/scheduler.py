@@ -29,6 +29,7 @@ import threading
 from typing import Any
 
 from ..core.context import CTX
+from ._context import XCS
 
 DEFAULT_WORKERS = 64  # I/O-bound calls: concurrency is about latency hiding, not CPU count
 HELP_DEPTH = 8  # nested helping frames per thread before a waiting thread just blocks
@@ -88,7 +89,6 @@ class _Work:
 
 _queue: collections.OrderedDict[int, _Work] = collections.OrderedDict()
 _cond = threading.Condition(threading.Lock())
-_local = threading.local()
 
 
 def _claim(work: _Work | None = None) -> _Work | None:
@@ -113,18 +113,18 @@ def _run_own(work: _Work) -> None:
 def _run_helping(work: _Work) -> None:
     """Run ``work`` in this thread as a pool worker would: in an empty ``contextvars`` context (no
     ``xcs.jit`` invocation, no caller's context variables)."""
-    depth = getattr(_local, "depth", 0)
-    _local.depth = depth + 1
+    depth = XCS.help_depth
+    XCS.help_depth = depth + 1
     try:
         contextvars.Context().run(work.run)
     finally:
-        _local.depth = depth
+        XCS.help_depth = depth
 
 
 def _can_help() -> bool:
     """A waiting thread runs queued work only when that cannot see its own state: not too deep,
     and not inside a nablax transform (whose per-thread trace state the work would see)."""
-    if getattr(_local, "depth", 0) >= HELP_DEPTH:
+    if XCS.help_depth >= HELP_DEPTH:
         return False
     return not (CTX.traces or CTX.vmap_depth or CTX.tracing_depth or CTX.custom_fwd)
 

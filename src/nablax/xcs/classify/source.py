@@ -17,6 +17,8 @@ import linecache
 import types
 from dataclasses import dataclass, field
 
+from ... import _caches
+
 CALL, ITEM, EXPR = "()", "[]", "?"  # chain elements: a call, a subscript, an unnamed expression
 PIPE = "|"  # a chain rooted at ``a | b`` (a LangChain-style composition: ``(prompt | llm).batch``)
 _MAX_FILES = 256
@@ -131,11 +133,13 @@ class FileInfo:
     by_line: dict[int, list[ast.AST]]
 
 
-_files: dict[str, tuple[int, FileInfo | None]] = {}
-_codes: dict[int, tuple[types.CodeType, Facts | None]] = {}
+# parsed files by name: (hash of the text, FileInfo or None); facts by id(code): (code, Facts)
+_files = _caches.Cache("xcs.source_files", _MAX_FILES)
+_codes = _caches.Cache("xcs.source_facts", _MAX_CODES)
 
 
 def clear() -> None:
+    """Forget every parsed file and every function's facts (``nx.clear_caches()`` does too)."""
     _files.clear()
     _codes.clear()
 
@@ -250,9 +254,7 @@ def file_info(filename: str, module_globals: dict | None) -> FileInfo | None:
         package = (module_globals or {}).get("__package__")
         imports, assigns = _module_level(tree, package)
         info = FileInfo(tree, imports, assigns, _index(tree))
-    if len(_files) >= _MAX_FILES:
-        _files.clear()
-    _files[filename] = (hash(text), info)
+    _files.put(filename, (hash(text), info))
     return info
 
 
@@ -290,9 +292,7 @@ def facts_for(code: types.CodeType, module_globals: dict | None) -> Facts | None
     info = file_info(code.co_filename, module_globals)
     node = find_node(code, info) if info is not None else None
     facts = _Collector(node).facts if node is not None else bytecode_facts(code)
-    if len(_codes) >= _MAX_CODES:
-        _codes.clear()
-    _codes[id(code)] = (code, facts)
+    _codes.put(id(code), (code, facts))
     return facts
 
 

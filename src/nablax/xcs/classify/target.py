@@ -21,10 +21,13 @@ import sys
 import types
 from typing import Any
 
+from ... import _caches
 from . import source
 from .records import Classification
 
-_loaded: dict[str, tuple[float, types.ModuleType]] = {}
+# files imported by path: {absolute path: (modification time, module)}; the modules stay in
+# sys.modules too (under a private name), so an evicted or cleared entry is imported again
+_loaded = _caches.Cache("xcs.target_modules", 64)
 
 
 def definitions(path_or_module: str | os.PathLike | types.ModuleType) -> list[tuple[str, Any]]:
@@ -126,7 +129,7 @@ def _load_file(path: str) -> types.ModuleType:
     except BaseException:
         sys.modules.pop(name, None)
         raise
-    _loaded[full] = (mtime, module)
+    _loaded.put(full, (mtime, module))
     return module
 
 
