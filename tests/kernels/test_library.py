@@ -97,10 +97,13 @@ def test_matmul_candidates_and_heuristics_per_platform():
         for plat in ("cpu", "gpu"):
             cands = MATMUL.hook("candidate_cfgs", plat)(inv)
             assert 1 <= len(cands) <= 8 and len(set(cands)) == len(cands)
-            assert MatmulCfg() in cands  # tuning can always fall back to XLA's dot
+            # tuning can always fall back to XLA's dot
+            assert any(c.unblocked and c.impl in (None, "xla") for c in cands)
             assert MATMUL.hook("heuristic_cfg", plat)(inv) in cands
+        assert MATMUL.candidate_cfgs_gpu(inv)[0] == MatmulCfg(impl="xla")
         for c in MATMUL.candidate_cfgs_gpu(inv)[1:]:
             assert all(x >= 16 and x & (x - 1) == 0 for x in (c.block_m, c.block_n, c.block_k))
+            assert c.impl == "pallas"
     assert MATMUL.hook_name("run", "gpu") == "run_gpu"
     assert MATMUL.hook_name("vjp", "cpu") == "vjp"
 

@@ -9,6 +9,10 @@ a block of code in the current thread / task only. A heuristic result is stored 
 ``"heuristic"``: a later lookup under a policy that wants autotuning ignores it and tunes, so a
 process without autotuning never blocks a later one from tuning.
 
+A call that needs a gradient of a kernel that tunes on forward plus backward (``tune_grad``, the
+bundled attention) is tuned and cached under its own key (``tuner.tuning_key``): training and
+inference calls of the same shapes each get the config fastest for what they run.
+
 The baseline rule: when a kernel has both ``heuristic_cfg`` and ``candidate_cfgs``, autotuning
 times the heuristic's config beside the candidates and keeps it unless the fastest candidate is
 clearly faster: by more than ``min_gain`` (default 3 %) in the median of per-round time ratios and
@@ -65,7 +69,14 @@ from .cache import ConfigCache, PersistentCache, cfg_to_json, declared_config_ty
 from .invocation import Invocation
 from .kernel import Kernel, check_cfg
 from .store.fingerprint import device_fingerprint, get_device_platform
-from .tuner import Tuner, TuneResult, check_min_gain, concrete_call, outside_traces
+from .tuner import (
+    Tuner,
+    TuneResult,
+    check_min_gain,
+    concrete_call,
+    outside_traces,
+    tuning_key,
+)
 
 _FALLBACKS = ("autotune", "heuristic", "error")
 _FALLBACK_ALIASES = {"heuristics": "heuristic"}  # ejKernel's spelling
@@ -268,6 +279,8 @@ class ConfigSelectorChain:
         cfg = overlay_lookup(key)
         if cfg is not None:
             return Choice(cfg, "overlay")
+        # a training call (tuned on forward plus backward) has its own entry; see tuning_key
+        key = (key[0], key[1], tuning_key(kernel, inv))
         policy = self.policy
         hit = self._cached(key, policy, kernel, inv)
         if hit is not None:
@@ -289,7 +302,7 @@ class ConfigSelectorChain:
             )
         for c in candidates:
             check_cfg(kernel, c, "candidate_cfgs")
-        key = (device_fingerprint(), inv.op_id, inv.call_key)
+        key = (device_fingerprint(), inv.op_id, tuning_key(kernel, inv))
         with self._key_lock(key):
             result = self._autotune(inv, kernel, candidates, self.policy)
             if result.best is None:

@@ -12,6 +12,12 @@ caller), never skipped silently. When tuning takes longer than a second a progre
 to stderr. ``budget_s`` bounds one tuning: candidates left when it is spent are recorded as not
 timed (``inf``, with the reason).
 
+**Training calls.** A kernel whose class sets ``tune_grad = True`` (the bundled attention) is tuned
+on forward plus backward when the call needs a gradient: when its arrays are JAX autodiff tracers
+(the executor called under ``jax.grad``, ``jax.vjp``, ``jax.value_and_grad``). The timed function
+is then ``jax.vjp`` of the kernel's custom-VJP call with its cotangent, exactly what training runs,
+and the winner is stored under its own key (:func:`tuning_key`), beside the forward-only one.
+
 The baseline rule (see :meth:`Tuner.tune`): the heuristic's config is timed beside the candidates
 and kept unless a candidate is clearly faster, by more than ``min_gain``; ``min_gain=0`` means the
 fastest candidate wins. ejKernel's entry points are here too: :meth:`Tuner.measure` (seconds per
@@ -48,6 +54,7 @@ from typing import Any
 import jax
 import numpy as np
 from jax._src import core as _jax_core  # eval_context: see outside_traces
+from jax._src.interpreters import ad as _jax_ad  # autodiff tracer types: see wants_grad
 
 from .invocation import Invocation, _is_array, array_desc
 
@@ -70,6 +77,7 @@ class TuneResult:
     timings: tuple[CandidateTiming, ...]
     synthetic: bool
     elapsed_s: float
+    objective: str = "forward"  # or "forward+backward" (see the module docstring)
 
 
 class Tuner:
@@ -109,8 +117,12 @@ class Tuner:
         candidates: Sequence[Any],
         baseline: Any = None,
         min_gain: float | None = None,
+        grad: bool | None = None,
     ) -> TuneResult:
         """Time ``candidates`` for ``inv`` and return the fastest (ties: the earlier).
+
+        ``grad``: time forward plus backward (True), the forward alone (False), or decide by
+        :func:`wants_grad` (None: a ``tune_grad`` kernel called under differentiation).
 
         The baseline rule: ``baseline`` (the heuristic's config; the chain passes it) is timed too
         and kept unless the fastest candidate beats it by more than ``min_gain`` (this tuner's
@@ -122,14 +134,20 @@ class Tuner:
         gain = self.min_gain if min_gain is None else check_min_gain(min_gain, "Tuner.tune")
         from ._call import CallSpec
 
+        grad = wants_grad(kernel, inv) if grad is None else bool(grad)
+
         def build(cfg: Any) -> Any:
-            return CallSpec(kernel, inv, cfg, inv.call_key).tune_fn()
+            spec = CallSpec(kernel, inv, cfg, inv.call_key)
+            return _forward_backward(spec.forward()) if grad else spec.tune_fn()
 
         with outside_traces():  # concrete arrays even inside an enclosing trace
             arrays, synthetic = _concrete_arrays(inv)
-        name = f"{kernel.versioned_id} for ({inv.signature})"
-        return self._run(kernel.versioned_id, name, candidates, build, arrays, synthetic,
-                         baseline if gain > 0 else None, gain)  # fmt: skip
+        name = f"{kernel.versioned_id} for ({inv.signature})" + (
+            " forward+backward" if grad else ""
+        )
+        result = self._run(kernel.versioned_id, name, candidates, build, arrays, synthetic,
+                           baseline if gain > 0 else None, gain)  # fmt: skip
+        return dataclasses.replace(result, objective="forward+backward") if grad else result
 
     def measure(self, fn: Any, *args: Any, **kwargs: Any) -> float:
         """Seconds one call of ``fn(*args, **kwargs)`` takes: the median of ``iters`` synchronized
@@ -317,6 +335,69 @@ def outside_traces() -> Iterator[None]:
     """
     with _jax_core.eval_context():
         yield
+
+
+# JAX's autodiff tracers: a kernel called with them is inside jax.grad / jax.vjp / jax.jvp
+# (LinearizeTracer is what reverse mode uses since JAX's direct linearization; JVPTracer before).
+_AD_TRACERS = tuple(
+    t for t in (getattr(_jax_ad, "LinearizeTracer", None), getattr(_jax_ad, "JVPTracer", None)) if t
+)
+
+
+def wants_grad(kernel: Any, inv: Invocation) -> bool:
+    """Whether tuning ``inv`` times forward plus backward: the kernel opts in (``tune_grad =
+    True``) and an array of the call is a JAX autodiff tracer (called under ``jax.grad``).
+
+    >>> import jax, jax.numpy as jnp
+    >>> from nablax.kernels import Invocation, library
+    >>> inv = Invocation("attention@v1", (jnp.ones((1, 2, 1, 4)),) * 3, {})
+    >>> wants_grad(library.ATTENTION, inv)
+    False
+    >>> seen = []
+    >>> def f(q):
+    ...     seen.append(wants_grad(library.ATTENTION, Invocation("attention@v1", (q, q, q), {})))
+    ...     return q.sum()
+    >>> _ = jax.grad(f)(jnp.ones((1, 2, 1, 4)))
+    >>> seen
+    [True]
+    """
+    if not getattr(kernel, "tune_grad", False):
+        return False
+    leaves = jax.tree_util.tree_leaves((inv.args, inv.kwargs))
+    return any(isinstance(x, _AD_TRACERS) for x in leaves)
+
+
+def tuning_key(kernel: Any, inv: Invocation) -> str:
+    """The cache key a tuned config of ``inv`` is stored under: the call key, with
+    ``":fwd+bwd"`` appended when the tuning times forward plus backward (:func:`wants_grad`).
+
+    >>> import jax.numpy as jnp
+    >>> from nablax.kernels import Invocation, library
+    >>> inv = Invocation("attention@v1", (jnp.ones((1, 2, 1, 4)),) * 3, {})
+    >>> tuning_key(library.ATTENTION, inv) == inv.call_key
+    True
+    """
+    return inv.call_key + ":fwd+bwd" if wants_grad(kernel, inv) else inv.call_key
+
+
+def _forward_backward(forward: Any) -> Any:
+    """``f(*arrays) -> (out, grads)``: the call and its backward pass with a cotangent of ones,
+    differentiated with respect to the floating-point arrays (what a training step runs)."""
+    import jax.numpy as jnp
+
+    def f(*arrays: Any) -> Any:
+        diff = [i for i, a in enumerate(arrays) if jnp.issubdtype(a.dtype, jnp.inexact)]
+
+        def g(*d: Any) -> Any:
+            full = list(arrays)
+            for i, x in zip(diff, d):
+                full[i] = x
+            return forward(*full)
+
+        y, pull = jax.vjp(g, *[arrays[i] for i in diff])
+        return y, pull(jax.tree_util.tree_map(jnp.ones_like, y))
+
+    return f
 
 
 def check_min_gain(value: Any, where: str, allow_none: bool = True) -> float | None:
