@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nablax.xcs.classify.analysis import (
-    classify,
-)
+from nablax.xcs.classify.analysis import classify
 
 
 def test_array_methods_and_operators_mean_tensor():

@@ -7,9 +7,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from nablax.xcs.classify.analysis import (
-    classify,
-)
+from nablax.xcs.classify.analysis import classify
 
 
 def test_keyword_fallback_for_unresolved_llm_calls():

@@ -7,9 +7,7 @@ import sqlite3
 
 import numpy as np
 
-from nablax.xcs.classify.analysis import (
-    classify,
-)
+from nablax.xcs.classify.analysis import classify
 
 xp = np
 

@@ -3,12 +3,13 @@ and comments ignored; lambdas found by line; bytecode when there is no source)."
 
 from __future__ import annotations
 
+import linecache
+
 import jax.numpy as jnp
 import numpy as np
 
-from nablax.xcs.classify.analysis import (
-    classify,
-)
+from nablax.xcs.classify import source
+from nablax.xcs.classify.analysis import classify
 
 
 def test_whole_tokens_only():
@@ -45,3 +46,25 @@ def test_no_source_is_hybrid_but_bytecode_still_speaks():
     ns = {"np": np}
     exec("def g(x):\n    return np.add(x, 1)\n", ns)
     assert classify(ns["g"]).kind == "tensor"
+
+
+def test_facts_are_cached_per_code_object_and_forgotten_by_clear():
+    def f(x):
+        return np.tanh(x)
+
+    first = source.facts_for(f.__code__, f.__globals__)
+    assert source.facts_for(f.__code__, f.__globals__) is first
+    assert [r.names for r in first.refs][:1] == [("np", "tanh", "()")]
+    source.clear()
+    again = source.facts_for(f.__code__, f.__globals__)
+    assert again is not first and again == first
+    assert source._codes.maxsize == source._MAX_CODES and source._files.maxsize == source._MAX_FILES
+
+
+def test_a_file_is_parsed_again_when_its_text_changes(tmp_path):
+    path = tmp_path / "edited.py"
+    path.write_text("import json\n")
+    assert source.file_info(str(path), None).imports == {"json": "json"}
+    path.write_text("import os\nimport sys\n")
+    linecache.checkcache(str(path))
+    assert source.file_info(str(path), None).imports == {"os": "os", "sys": "sys"}
