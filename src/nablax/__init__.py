@@ -197,7 +197,7 @@ def cache_info() -> CacheReport:
 def clear_caches() -> None:
     """Drop every in-memory cache nablax keeps (every cache ``nx.cache_info()`` lists: compiled
     graph structures, recorded backward passes, the executables of every ``nx.compile``
-    function, the default kernel executor's configs and compiled kernel calls, the xcs
+    function, every kernel executor's compiled calls and memory configs, the xcs
     classifier's results) and reset their counters. The persistent kernel database is kept:
     ``nablax cache clear`` empties it.
 

@@ -348,6 +348,7 @@ class PersistentCache:
         _ABANDONED.append(getattr(self._local, "h", None))
         self._conns = weakref.WeakSet()
         self._lock = threading.Lock()
+        self._decoded._lock = threading.RLock()  # another thread may have held it at fork time
         self._epoch += 1
         if self._mem is not None:  # the parent's connection is not safe here: start empty
             _ABANDONED.append(self._mem)
