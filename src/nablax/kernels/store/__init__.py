@@ -36,6 +36,8 @@ Module map, one idea each:
 - ``encoding.py``: timings as JSON, ``loader``/``dumper``, classes found among imported modules;
 - ``arguments.py``: the constructor's path and ejKernel's arguments;
 - ``messages.py``: the text of every warning and error, ``warn_once``.
+- ``live.py``: every live cache object together (the fork hook; ``nx.cache_info()`` and
+  ``nx.clear_caches()`` over every ``ConfigCache`` and ``PersistentCache``).
 
 Config JSON, the entry records and argument checks are in ``nablax/kernels/_configs.py``.
 ``nablax.kernels.cache`` re-exports the public names (its documented path).
