@@ -578,6 +578,22 @@ spec(
 )
 spec("checkpoint", _remat_fn(nx), _remat_fn(jax), _XW, F32_ONLY, ["checkpoint"])
 
+
+def _scan_grad_fn(lib):
+    """The gradient of a scan: its backward node (``cf_pullback``) as an op of its own, so that
+    its shape rule, derivative (second order) and batching are checked like any primitive's."""
+    f = _scan_fn(lib)
+    grad = nx.grad if lib is nx else jax.grad
+
+    def loss(x, w):
+        c, ys = f(x, w)
+        return (c * c).sum() + (ys * ys).sum()
+
+    return grad(loss, argnums=1)
+
+
+spec("scan_grad", _scan_grad_fn(nx), _scan_grad_fn(jax), _XW, F32_ONLY, ["cf_pullback"])
+
 # ---- windowed ops: conv and pooling (nn.functional, PyTorch's arguments; lax as the reference) --
 
 
@@ -804,6 +820,68 @@ spec(
     F32_ONLY,
     ["adamw_update"],
     tol_scale=4.0,
+)
+
+
+def _adamw_tree_fn(mod):
+    """Two parameters of different shapes in one AdamW node (the optimizer's whole tree)."""
+
+    def f(g1, g2, m1, m2, v1, v2, count, p1, p2):
+        if mod is nx:
+            from nablax.core.prims import fused_nn
+
+            out = fused_nn.adamw_update_tree(
+                [g1, g2], [m1, m2], [v1, v2], count, [p1, p2], 0.9, 0.999, 1e-8, 0.01, -1e-3
+            )
+            return tuple(x for triple in out for x in triple)
+        ref = _adamw_fn(jax)
+        return ref(g1, m1, v1, count, p1) + ref(g2, m2, v2, count, p2)
+
+    return f
+
+
+spec(
+    "adamw_update_tree",
+    _adamw_tree_fn(nx),
+    _adamw_tree_fn(jax),
+    cases_of(
+        lambda dt, r: [
+            A(r, (3, 4), dt),
+            A(r, (2,), dt),
+            A(r, (3, 4), dt),
+            A(r, (2,), dt),
+            A(r, (3, 4), dt, "pos"),
+            A(r, (2,), dt, "pos"),
+            np.array(3, np.int32),
+            A(r, (3, 4), dt),
+            A(r, (2,), dt),
+        ],
+    ),
+    F32_ONLY,
+    ["adamw_update"],
+    tol_scale=4.0,
+)
+
+
+def _apply_updates_fn(mod):
+    def f(p1, p2, u1, u2):
+        if mod is nx:
+            from nablax import optim
+
+            out = optim.apply_updates({"a": p1, "b": p2}, {"a": u1, "b": u2})
+            return out["a"], out["b"]
+        return p1 + u1, p2 + u2
+
+    return f
+
+
+spec(
+    "apply_updates",
+    _apply_updates_fn(nx),
+    _apply_updates_fn(jax),
+    cases_of(lambda dt, r: [A(r, (3, 4), dt), A(r, (2,), dt), A(r, (3, 4), dt), A(r, (2,), dt)]),
+    FLOATS,
+    ["apply_updates"],
 )
 
 spec(
@@ -2196,6 +2274,14 @@ spec(
     (F32, BF16),
     ["random_categorical"],
 )
+
+
+# Primitives that exist only inside nx.compile traces, so no eager spec can build them: each is
+# checked (shape rule against its lowering, derivative, batching) by the test file named here.
+STAGING_ONLY = {
+    "compile_input": "tests/core/test_staging_primitives.py",
+    "dimension_value": "tests/core/test_staging_primitives.py",
+}
 
 
 def primitives_covered() -> set:

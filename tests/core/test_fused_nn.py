@@ -318,7 +318,7 @@ def test_clip_by_global_norm_gradients_vmap_and_compile_match_jax():
 
 
 @needs_torch
-def test_adamw_is_one_node_per_parameter_bit_identical_to_its_chain_and_torch():
+def test_adamw_is_one_node_for_the_tree_bit_identical_to_its_chain_and_torch():
     from nablax import optim
 
     rng = _rng(5)
@@ -337,8 +337,8 @@ def test_adamw_is_one_node_per_parameter_bit_identical_to_its_chain_and_torch():
         g = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
         u1, s1 = fused.update(nx.tree.map(nx.tensor, g), s1, p1)
         u2, s2 = plain.update(nx.tree.map(nx.tensor, g), s2, p2)
-        # one node per parameter, and the step count's saturating increment
-        assert sorted(_prims(*nx.tree.leaves(u1))) == ["adamw_update"] * 3 + ["add", "minimum"]
+        # one node for the whole tree, and the step count's saturating increment
+        assert sorted(_prims(*nx.tree.leaves(u1))) == ["adamw_update", "add", "minimum"]
         p1, p2 = optim.apply_updates(p1, u1), optim.apply_updates(p2, u2)
         for k in p1:
             np.testing.assert_array_equal(p1[k].numpy(), p2[k].numpy(), err_msg=f"{k} {step}")
@@ -380,3 +380,31 @@ def test_layer_norm_with_eps_traced_by_compile_keeps_the_separate_ops():
         ref = TF.layer_norm(torch.tensor(_X), (8,), eps=eps).numpy()
         _close(step(nx.tensor(_X), eps).numpy(), ref)
     assert step.cache_info().traces == 1
+
+
+# ---- optim.apply_updates over a whole tree -----------------------------------------------------
+
+
+def test_apply_updates_is_one_node_equal_to_adding_leaf_by_leaf():
+    from nablax import optim
+
+    rng = _rng(7)
+    shapes = {"w": (4, 3), "b": (3,), "s": ()}
+    ps = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    us = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    out = optim.apply_updates(nx.tree.map(nx.tensor, ps), nx.tree.map(nx.tensor, us))
+    assert _prims(*nx.tree.leaves(out)) == ["apply_updates"]
+    for k in shapes:
+        np.testing.assert_array_equal(out[k].numpy(), ps[k] + us[k])
+
+
+def test_apply_updates_casts_and_missing_leaves_keep_the_separate_adds():
+    from nablax import optim
+
+    p = {"w": nx.ones(2, dtype=nx.bfloat16), "v": nx.ones(3)}
+    out = optim.apply_updates(p, {"w": nx.full((2,), 0.5), "v": nx.full((3,), 0.25)})
+    assert "apply_updates" not in _prims(out["w"], out["v"])
+    assert out["w"].dtype == nx.bfloat16 and out["w"].tolist() == [1.5, 1.5]
+    assert out["v"].tolist() == [1.25] * 3
+    q = optim.apply_updates({"a": nx.ones(2), "b": None}, {"a": nx.ones(2), "b": None})
+    assert q["b"] is None and q["a"].tolist() == [2.0, 2.0]

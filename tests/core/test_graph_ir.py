@@ -1,5 +1,5 @@
 """The graph IR (core/graph.py): node inputs are exactly ``Var`` or ``Literal``, every node is made
-by ``build.make_node``, and ``graph.encode`` is the one numbering. The registry-generated check that
+by ``build._node`` through the ``bind`` family, and ``graph.encode`` is the one numbering. The registry-generated check that
 every primitive's graph holds only the two input types is in test_ops.py (``_record_graph``); this
 file attacks the pieces: the one constructor, structure keys, and the shared scalar literals of the
 element-wise fast path."""
@@ -26,19 +26,52 @@ def _nodes(*ts):
     return toposort([t._impl.src[0] for t in ts if t._impl.src is not None])
 
 
-def test_only_make_node_creates_nodes():
-    """No module but core/build.py instantiates ``Node`` (``Node(...)`` or ``object.__new__``)."""
+def test_only_build_creates_nodes():
+    """No module but core/build.py instantiates ``Node`` (``Node(...)`` or ``object.__new__``),
+    and no module but core/build.py calls or imports its private constructor ``_node``: every other
+    node is made through ``bind``/``bind_known``/``bind_unary``/``bind_scalar``."""
     bad = []
     for path in SRC.rglob("*.py"):
+        if path.name == "build.py" and path.parent.name == "core":
+            continue
         tree = ast.parse(path.read_text())
-        for call in ast.walk(tree):
-            if not isinstance(call, ast.Call):
-                continue
-            names = [a.id for a in [call.func, *call.args] if isinstance(a, ast.Name)]
-            if "Node" in names and path.name != "build.py":
-                bad.append(f"{path.relative_to(SRC)}:{call.lineno}")
-    assert not bad, f"Node made outside build.make_node: {bad}"
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call):
+                names = [a.id for a in [n.func, *n.args] if isinstance(a, ast.Name)]
+                if "Node" in names or "_node" in names or "make_node" in names:
+                    bad.append(f"{path.relative_to(SRC)}:{n.lineno}")
+                if isinstance(n.func, ast.Attribute) and n.func.attr in ("_node", "make_node"):
+                    bad.append(f"{path.relative_to(SRC)}:{n.lineno}")
+            elif isinstance(n, ast.ImportFrom) and n.module and n.module.endswith("build"):
+                private = [a.name for a in n.names if a.name in ("_node", "make_node")]
+                if private:
+                    bad.append(f"{path.relative_to(SRC)}:{n.lineno} imports {private}")
+    assert not bad, f"nodes made outside core/build.py's bind family: {bad}"
     assert "__init__" not in Node.__dict__  # Node(...) is not a constructor anyone can call
+
+
+def test_bind_known_derives_metadata_like_bind():
+    """``bind_known`` (known output shape) computes depth, trace and batch layout exactly as
+    ``bind`` (shape rule) does, for impls, literals and graph references alike."""
+    from nablax.core import build
+    from nablax.core.primitive import REGISTRY
+
+    add = REGISTRY["add"]
+    x = nx.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    y = (x * 2.0).exp()
+    a, b = y._impl, (x + 1.0)._impl
+    params = (np.dtype(np.float32),)
+    (g,) = build.bind(add, [a, b], params)
+    (k,) = build.bind_known(add, [a, b.src], params, ((a.shape, a.dtype),))
+    for u in (g, k):
+        n = u.src[0]
+        assert n.depth == 3 and n.trace is None and n.bdims is None
+        assert n.inputs == (a.src, b.src)
+    np.testing.assert_allclose(
+        nx.Tensor._wrap(k).numpy(),
+        np.exp(np.arange(6).reshape(2, 3) * 2) + np.arange(6).reshape(2, 3) + 1,
+        rtol=1e-6,
+    )
 
 
 def test_inputs_are_var_or_literal_under_every_transform():

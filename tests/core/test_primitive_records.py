@@ -18,6 +18,7 @@ SHARED = {
     "nablax.core.prims._rules",  # linear(...), derived_from_jax, NONDIFFERENTIABLE
     "nablax.core.prims._batch",  # elementwise / unary / jax.vmap batch rules
     "nablax.core.prims._shard",  # sharding rules shared by families
+    "nablax.core.primitive",  # zero_jvp / zero_vjp (the zero derivative, NONDIFFERENTIABLE)
 }
 
 
@@ -68,10 +69,13 @@ def test_array_primitives_live_in_prims():
         n: p.module for n, p in REGISTRY.items() if not p.module.startswith("nablax.core.prims.")
     }
     assert outside == {
+        "cf_pullback": "nablax.core.transforms.cf_residuals",
         "checkpoint": "nablax.core.transforms.control_flow",
+        "compile_input": "nablax.core.transforms.staging",
         "cond": "nablax.core.transforms.control_flow",
         "custom_vjp_call": "nablax.core.transforms.custom",
         "decr_batch_dims": "nablax.core.transforms.vmap",
+        "dimension_value": "nablax.core.build",
         "incr_batch_dims": "nablax.core.transforms.vmap",
         "kernel_call": "nablax.core.ops.kernel_call",
         "scan": "nablax.core.transforms.control_flow",

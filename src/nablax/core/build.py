@@ -1,5 +1,5 @@
-"""Building graph nodes: ``TensorImpl`` (a tensor's state) and :func:`make_node`, the one node
-constructor.
+"""Building graph nodes: ``TensorImpl`` (a tensor's state) and the ``bind`` family, the one way
+a node is made.
 
 A ``TensorImpl`` is in one of two states:
 
@@ -11,9 +11,13 @@ A ``TensorImpl`` is in one of two states:
 ``batch_shape``: its physical value has shape ``batch_shape + shape``, the leading axes being the
 batch axes of the enclosing vmaps, outermost first (see core/transforms/vmap.py).
 
-:func:`make_node` creates a node and its output impls: every node of the graph is made there
-(op builders, transforms, backward-plan replay). :func:`bind` runs a primitive's shape rule on
-impl/``Literal`` inputs and calls it.
+:func:`bind` runs a primitive's shape rule on impl/``Literal`` inputs and makes the node; the fast
+entries for inputs whose output shape the caller already knows are :func:`bind_known` (any inputs,
+including graph references, with an explicit trace or batch layout when a transform decides them)
+and, for the element-wise hot path, :func:`bind_unary` and :func:`bind_scalar`. The node's
+metadata (depth, differentiation trace, batch layout) is computed here and only here, and
+``_node`` (private to this module) is the one place a ``Node`` is created: a structure test
+(tests/core/test_build_path.py) rejects any other.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from . import dtypes
 from .context import CTX, note_pending
 from .graph import Literal, Node, Var, _next_seq, deeper, new_var
 from .host import ADOPT_BYTES, PY_SCALAR_TYPES, host_array, inexact
-from .primitive import Primitive
+from .primitive import primitive, zero_jvp, zero_vjp
 from .realize import realize_impls
 
 _wref = weakref.ref
@@ -91,9 +95,9 @@ def impl_from_array(arr: jax.Array) -> TensorImpl:
     return TensorImpl(None, arr, tuple(arr.shape), np.dtype(arr.dtype))
 
 
-def make_node(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None, bdims=None):
+def _node(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None, bdims=None):
     """Create the node of one primitive call and a pending impl per output: every ``Node`` of the
-    graph is made here.
+    graph is made here (callers: the ``bind`` family below).
 
     ``inputs``: ``Var``/``Literal`` per operand; ``depth``: the node's depth (1 + its deepest
     input's); ``avals``: ``(shape, dtype)`` per output; ``trace``: the deepest differentiation
@@ -152,36 +156,110 @@ def make_node(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None,
     return impls
 
 
+def _meta(inputs) -> tuple:
+    """``(refs, depth, trace, batched)`` of a node on ``inputs`` (``TensorImpl``, ``Literal`` or
+    ``Var`` each): what it takes as input, its inputs' deepest depth (its own is one more), the
+    deepest differentiation trace among them, and whether any input is vmap-batched."""
+    refs = []
+    depth = 0
+    trace = None
+    batched = False
+    for i in inputs:
+        ti = type(i)
+        if ti is Literal:
+            refs.append(i)
+            continue
+        if ti is Var:
+            src = i
+        else:
+            if i.batch_shape:
+                batched = True
+            src = i.src
+            if src is None:
+                refs.append(i.lit)
+                continue
+        refs.append(src)
+        n = src[0]
+        if n.depth > depth:
+            depth = n.depth
+        if n.trace is not None:
+            trace = deeper(trace, n.trace)
+    return tuple(refs), depth, trace, batched
+
+
 def bind(prim, inputs, params: tuple = ()) -> list[TensorImpl]:
     """Generic node builder: run the shape rule, then create the node and its outputs.
 
     ``inputs`` are ``TensorImpl`` or :class:`Literal` objects. Shape/dtype errors raise here, when
     the op is built, not at realization.
     """
-    avals = [(i.shape, i.dtype) for i in inputs]
-    out_avals = prim.abstract_eval(params, *avals)
-    refs = []
-    depth = 0
-    trace = None
-    batched = False
-    for i in inputs:
-        if type(i) is Literal:
-            refs.append(i)
-            continue
-        if i.batch_shape:
-            batched = True
-        src = i.src
-        if src is None:
-            refs.append(i.lit)
-        else:
-            refs.append(src)
-            n = src[0]
-            if n.depth > depth:
-                depth = n.depth
-            if n.trace is not None:
-                trace = deeper(trace, n.trace)
+    out_avals = prim.abstract_eval(params, *[(i.shape, i.dtype) for i in inputs])
+    refs, depth, trace, batched = _meta(inputs)
     bdims = batch_info(prim.name, inputs) if batched else None
-    return make_node(prim, params, tuple(refs), depth + 1, out_avals, trace, bdims)
+    return _node(prim, params, refs, depth + 1, out_avals, trace, bdims)
+
+
+_DERIVE: Any = object()  # bind_known: compute this piece of metadata from the inputs
+
+
+def bind_known(
+    prim, inputs, params: tuple, avals, *, trace: Any = _DERIVE, bdims: Any = _DERIVE
+) -> list[TensorImpl]:
+    """The node of ``prim`` on ``inputs`` whose output ``avals`` (``(shape, dtype)`` each) the
+    caller already knows (a transform, a recorded backward plan): no shape rule runs.
+
+    ``inputs`` are ``TensorImpl``, ``Literal`` or graph references (``Var``). ``trace``: the
+    differentiation trace the node belongs to when the transform decides it (a marker of a new
+    trace, a replayed backward node), else the deepest of its inputs'. ``bdims``: ``(batch dims of
+    each input, output batch shape)`` or ``None``, when the transform decides the batch layout
+    (vmap's views, a body's inputs), else computed from the inputs' batch shapes.
+    """
+    refs, depth, derived, batched = _meta(inputs)
+    if trace is _DERIVE:
+        trace = derived
+    if bdims is _DERIVE:
+        bdims = batch_info(prim.name, inputs) if batched else None
+    return _node(prim, params, refs, depth + 1, avals, trace, bdims)
+
+
+def bind_unary(prim, params: tuple, x: TensorImpl, shape: tuple, dtype) -> TensorImpl:
+    """Fast entry of the element-wise builders: ``prim`` on one impl ``x``, output ``(shape,
+    dtype)`` (the same batch layout as ``x``)."""
+    ref = x.src
+    if ref is None:
+        ref, depth, trace = x.lit, 1, None
+    else:
+        n = ref[0]
+        depth, trace = n.depth + 1, n.trace
+    b = x.batch_shape
+    return _node(
+        prim, params, (ref,), depth, ((shape, dtype),), trace, ((len(b),), b) if b else None
+    )[0]
+
+
+def bind_scalar(prim, params: tuple, x: TensorImpl, lit: Literal, first: bool, dtype) -> TensorImpl:
+    """Fast entry of the element-wise builders: ``prim`` on the impl ``x`` and the scalar ``lit``
+    (``lit`` first when ``first``), output of ``x``'s shape and ``dtype``."""
+    ref = x.src
+    if ref is None:
+        ref, depth, trace = x.lit, 1, None
+    else:
+        n = ref[0]
+        depth, trace = n.depth + 1, n.trace
+    b = x.batch_shape
+    if first:
+        return _node(
+            prim,
+            params,
+            (lit, ref),
+            depth,
+            ((x.shape, dtype),),
+            trace,
+            ((0, len(b)), b) if b else None,
+        )[0]
+    return _node(
+        prim, params, (ref, lit), depth, ((x.shape, dtype),), trace, ((len(b), 0), b) if b else None
+    )[0]
 
 
 def batch_info(op: str, inputs) -> tuple:
@@ -212,12 +290,13 @@ def _dimension_lower(params):
 
 # A symbolic size used as a value (``x.sum() / x.shape[0]`` with ``dynamic_dims``): lowered with
 # JAX's shape polymorphism. It exists only inside ``nx.compile`` traces (core/transforms/staging.py).
-dimension_p = Primitive(
+dimension_p = primitive(
     "dimension_value",
     lambda params: (((), params[1]),),
     _dimension_lower,
-    jvp=lambda params, tangents, primals, outs: [None],
-    vjp=lambda params, cts, primals, outs: [],
+    jvp=zero_jvp,
+    vjp=zero_vjp,
+    batch=lambda params, bds: _dimension_lower(params),  # no inputs: never batched itself
     shard=lambda params, lays, ins, outs: ((),),
     differentiable=False,
     doc="The value of a symbolic dimension size (nx.compile dynamic_dims).",
@@ -227,7 +306,7 @@ dimension_p = Primitive(
 def dimension_value(d, dtype=None) -> TensorImpl:
     """A 0-d tensor holding the symbolic size ``d`` (int32 unless ``dtype`` says otherwise)."""
     dt = dtypes.canonicalize(dtype) if dtype is not None else np.dtype(np.int32)
-    return make_node(dimension_p, (d, dt), (), 1, (((), dt),))[0]
+    return bind_known(dimension_p, (), (d, dt), (((), dt),))[0]
 
 
 def value_impl(x: Any, dtype=None, op: str = "tensor") -> TensorImpl:

@@ -10,7 +10,7 @@ A :class:`Node` is one call of a primitive. Its ``inputs`` are each one of exact
 
 A pending ``TensorImpl`` (core/build.py) names its node output with a ``Var`` (``impl.src``); a
 realized one keeps its ``Literal`` (``impl.lit``), so using it as an input allocates nothing. Every
-node is made by ``build.make_node``, and every consumer of the graph (realization, backward plans,
+node is made by ``core/build.py``'s ``bind`` family, and every consumer of the graph (realization, backward plans,
 ``nx.compile`` staging, ``nx.shard_map`` bodies) numbers it with :func:`encode`.
 
 Nodes point at their producers, never at the ``TensorImpl`` objects of their inputs, and hold only
@@ -190,7 +190,7 @@ def seq_of(node: Node) -> float:
 
 
 class Node:
-    """One primitive application in the lazy graph; made only by ``build.make_node``.
+    """One primitive application in the lazy graph; made only by ``core/build.py``'s ``bind`` family.
 
     - ``inputs``: a ``Var`` or ``Literal`` per operand; ``None`` once all outputs are computed
       (and no live trace needs them);

@@ -29,6 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .._caches import Cache
 from ..errors import NablaxError
 
 Aval = tuple  # (shape: tuple[int, ...], dtype: np.dtype)
@@ -125,7 +126,35 @@ class Primitive:
         return f"Primitive({self.name})"
 
 
-REGISTRY: dict[str, Primitive] = {}
+REGISTRY: dict[str, Primitive] = {}  # name -> record, filled at import by primitive(...)
+
+# Primitives made from others on demand (``vjp[exp]`` derived from JAX's derivative of a lowering,
+# a kernel's second-order ``kernel_vjp[...]``): one record per key, in a bounded registered store
+# that ``nx.clear_caches()`` empties. A record dropped from it is made again when next needed;
+# nodes hold their record, and structure keys compare records by identity, so a re-made one can
+# only cost a compile, never reuse a program of another.
+DERIVED = Cache("core.derived_primitives", 4096)
+
+
+def derived(key: tuple, make: Callable[[], Primitive]) -> Primitive:
+    """The derived primitive of ``key`` (made by ``make()`` the first time)."""
+    return DERIVED.get_or_make(key, make)
+
+
+def all_primitives() -> list[Primitive]:
+    """Every primitive record: the registry's, then the derived ones made so far (what the
+    registry-generated tests check)."""
+    return list(REGISTRY.values()) + list(DERIVED.values())
+
+
+def zero_jvp(params, tangents, primals, outs):
+    """The JVP of a primitive with a zero derivative (integer, index and random-bit outputs)."""
+    return [None] * len(outs)
+
+
+def zero_vjp(params, cts, primals, outs):
+    """The VJP of a primitive with a zero derivative."""
+    return [None] * len(primals)
 
 
 def primitive(

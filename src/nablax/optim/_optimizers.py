@@ -119,7 +119,7 @@ def adamw(
     b1, b2, eps = check_betas(api, b1, b2, eps)
     weight_decay = check_range(api, "weight_decay", weight_decay, 0.0)
     if not isinstance(lr, Tensor) and not callable(lr):
-        # a number: the decay and -lr are folded into one fused node per parameter (as adam's
+        # a number: the decay and -lr are folded into one fused node for the tree (as adam's
         # -lr); the stages and states stay those of the chain below
         stages = (
             _scale_by_adamw(b1, b2, eps, weight_decay, -float(lr), api),
@@ -138,8 +138,8 @@ def adamw(
 
 
 def _scale_by_adamw(b1, b2, eps, weight_decay, scale, api) -> GradientTransformation:
-    """``scale_by_adam``, ``add_decayed_weights`` and the constant ``scale`` in one node per
-    parameter (core/prims/fused_nn.py), with ``scale_by_adam``'s state and checks."""
+    """``scale_by_adam``, ``add_decayed_weights`` and the constant ``scale`` in one node for the
+    whole tree (core/prims/fused_nn.py), with ``scale_by_adam``'s state and checks."""
 
     def init(params: Any) -> ScaleByAdamState:
         return ScaleByAdamState(zero_count(), _zeros(params), _zeros(params))
@@ -150,10 +150,9 @@ def _scale_by_adamw(b1, b2, eps, weight_decay, scale, api) -> GradientTransforma
         need_params(api, params)
         _, _, ps = check_tree(api, updates, "grads", params, "params")
         count = increment(state.count)
-        triples = [
-            _fused_nn.adamw_update(g, m, v, count, p, b1, b2, eps, weight_decay, scale)
-            for g, m, v, p in zip(grads, mus, _tree.leaves(state.nu), ps)
-        ]
+        triples = _fused_nn.adamw_update_tree(
+            grads, mus, _tree.leaves(state.nu), count, ps, b1, b2, eps, weight_decay, scale
+        )
         cols = list(zip(*triples)) or [(), (), ()]
         mu, nu, out = (_tree.unflatten(treedef, list(c)) for c in cols)
         return out, ScaleByAdamState(count, mu, nu)

@@ -20,7 +20,7 @@ import jax
 from ...kernels import executor as _executor
 from ...kernels._call import CallSpec
 from ..build import bind
-from ..primitive import Primitive, primitive
+from ..primitive import Primitive, derived, primitive
 from ..prims import _rules
 from ..tensor import Tensor, to_impl
 from ..transforms.custom import _traced
@@ -75,16 +75,13 @@ def _lower(params, *xs):
     return _flat_call(spec, with_res)(*xs)
 
 
-_vjp_prims: dict = {}
-
-
 def _vjp_prim(n_arrays: int, n_res: int, n_out: int) -> Primitive:
     """The backward node: inputs (arrays, residuals, outputs, output cotangents)."""
-    key = (n_arrays, n_res, n_out)
-    p = _vjp_prims.get(key)
-    if p is not None:
-        return p
+    key = ("kernel_vjp", n_arrays, n_res, n_out)
+    return derived(key, lambda: _make_vjp_prim(n_arrays, n_res, n_out))
 
+
+def _make_vjp_prim(n_arrays: int, n_res: int, n_out: int) -> Primitive:
     def aval(params, *avals):
         return tuple(avals[:n_arrays])
 
@@ -100,15 +97,13 @@ def _vjp_prim(n_arrays: int, n_res: int, n_out: int) -> Primitive:
         )
 
     # second order: JAX's derivative of the kernel's vjp (batched by jax.vmap, replicated)
-    p = Primitive(
+    return Primitive(
         f"kernel_vjp[{n_arrays},{n_res},{n_out}]",
         aval,
         lower,
         rules=_rules.derived_from_jax,
         multiple_results=True,
     )
-    _vjp_prims[key] = p
-    return p
 
 
 def _res_treedef(spec: CallSpec, in_avals: tuple):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 
 from ..build import TensorImpl, bind
-from ..primitive import Primitive, RuleFactory
+from ..primitive import Primitive, RuleFactory, derived, zero_jvp, zero_vjp
 from ..tensor import Tensor, to_impl
 from ._batch import vmap_rule
 from ._shard import replicated
@@ -47,14 +47,6 @@ def unbroadcast(ct: Tensor, shape: tuple) -> Tensor:
 def cast_like(ct: Tensor, x) -> Tensor:
     """``ct`` in ``x``'s dtype (a mixed-precision input gets its cotangent in its own dtype)."""
     return ct if ct.dtype == x.dtype else ct.astype(x.dtype)
-
-
-def zero_jvp(params, tangents, primals, outs):
-    return [None] * len(outs)
-
-
-def zero_vjp(params, cts, primals, outs):
-    return [None] * len(primals)
 
 
 # Outputs that are integers, indices or random bits: zero derivative, as in JAX
@@ -85,8 +77,6 @@ def linear(transpose) -> RuleFactory:
 
 # ---- rules derived from JAX ------------------------------------------------------------------
 
-_derived: dict = {}
-
 
 def _operand_impls(primals) -> list[TensorImpl]:
     return [x._impl if isinstance(x, Tensor) else to_impl(x) for x in primals]
@@ -111,10 +101,12 @@ def vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
     """The derived primitive ``vjp[name]``: inputs ``prim``'s primals then the cotangents of its
     outputs ``diff_out``; outputs the cotangents of its inputs ``diff_in`` (``jax.vjp`` of the
     lowering). Its params are ``(prim's params,)``."""
-    key = ("vjp", prim, diff_in, diff_out)
-    p = _derived.get(key)
-    if p is not None:
-        return p
+    return derived(
+        ("vjp", prim, diff_in, diff_out), lambda: _make_vjp_prim(prim, diff_in, diff_out)
+    )
+
+
+def _make_vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
     n_ct = len(diff_out)
 
     def aval(params, *avals):
@@ -130,18 +122,18 @@ def vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
     def shard(params, in_layouts, in_avals, out_avals):
         return tuple(in_layouts[i] for i in diff_in)  # a cotangent is laid out as its primal
 
-    p = Primitive(
+    return Primitive(
         f"vjp[{prim.name}]", aval, lower, multiple_results=True, rules=derived_from_jax, shard=shard
     )
-    _derived[key] = p
-    return p
 
 
 def _jvp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
-    key = ("jvp", prim, diff_in, diff_out)
-    p = _derived.get(key)
-    if p is not None:
-        return p
+    return derived(
+        ("jvp", prim, diff_in, diff_out), lambda: _make_jvp_prim(prim, diff_in, diff_out)
+    )
+
+
+def _make_jvp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
     n_t = len(diff_in)
 
     def aval(params, *avals):
@@ -165,11 +157,9 @@ def _jvp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
         )
         return tuple(outs[j] for j in diff_out)
 
-    p = Primitive(
+    return Primitive(
         f"jvp[{prim.name}]", aval, lower, multiple_results=True, rules=derived_from_jax, shard=shard
     )
-    _derived[key] = p
-    return p
 
 
 def _float_outputs(outs) -> tuple:

@@ -11,15 +11,14 @@ dtype.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from ...errors import DTypeError, op_error
 from .. import dtypes
-from ..build import TensorImpl, batch_info, make_node
+from ..build import TensorImpl, bind_known, bind_scalar, bind_unary
 from ..dtypes import bool_, promote, promote_scalar
-from ..graph import Literal, deeper, new_literal, scalar_literal
+from ..graph import Literal, new_literal, scalar_literal
 from ..tensor import Tensor, to_impl
 from ._util import broadcast_shapes
 
@@ -163,13 +162,6 @@ def _operand(x, op: str) -> TensorImpl:
     return to_impl(x, op=op)  # its errors name ``op`` (TypeError, OverflowError, ...)
 
 
-def _finish(prim, params, inputs, depth, shape, out_dt, bdims, trace) -> Tensor:
-    """The node and output of an element-wise op; ``bdims`` as ``Node.bdims`` (None: unbatched)."""
-    t = _new_tensor(Tensor)
-    t._impl = make_node(prim, params, inputs, depth, ((shape, out_dt),), trace, bdims)[0]
-    return t
-
-
 def _binary(name: str, prim, kind: str, a, b) -> Tensor:
     """Build ``name(a, b)`` for a tensor and a tensor/scalar/array-like, in either order."""
     ta = type(a)
@@ -203,57 +195,26 @@ def _binary(name: str, prim, kind: str, a, b) -> Tensor:
             return (wide**s).astype(params[0])
     if type(s) is int:
         s = weak_int(name, s, params[0])
-    c = scalar_literal(s, params[0])
-    ref: Any = ti.src
-    if ref is None:
-        ref, depth, trace = ti.lit, 1, None
-    else:
-        n = ref[0]
-        depth, trace = n.depth + 1, n.trace
-    inputs = (c, ref) if first else (ref, c)
-    b = ti.batch_shape
-    bdims = None if not b else (((0, len(b)) if first else (len(b), 0)), b)
-    return _finish(prim, params, inputs, depth, ti.shape, out_dt, bdims, trace)
+    t = _new_tensor(Tensor)
+    t._impl = bind_scalar(prim, params, ti, scalar_literal(s, params[0]), first, out_dt)
+    return t
 
 
 def _binary_tt(name, prim, kind: str, ai: TensorImpl, bi: TensorImpl) -> Tensor:
     params, out_dt = resolve(name, kind, promote(ai.dtype, bi.dtype))
     sa, sb = ai.shape, bi.shape
     shape = sa if sa == sb else broadcast_shapes(name, sa, sb)
-    depth = 0
-    trace = None
-    ra: Any = ai.src
-    if ra is None:
-        ra = ai.lit
-    else:
-        n = ra[0]
-        depth, trace = n.depth, n.trace
-    rb: Any = bi.src
-    if rb is None:
-        rb = bi.lit
-    else:
-        n = rb[0]
-        if n.depth > depth:
-            depth = n.depth
-        if n.trace is not None:
-            trace = deeper(trace, n.trace)
-    bdims = batch_info(name, (ai, bi)) if ai.batch_shape or bi.batch_shape else None
-    return _finish(prim, params, (ra, rb), depth + 1, shape, out_dt, bdims, trace)
+    t = _new_tensor(Tensor)
+    t._impl = bind_known(prim, (ai, bi), params, ((shape, out_dt),))[0]
+    return t
 
 
 def _unary(name: str, prim, kind: str, x) -> Tensor:
     xi = x._impl if type(x) is Tensor else _operand(x, name)
     params, out_dt = resolve(name, kind, xi.dtype)
-    ref: Any = xi.src
-    if ref is None:
-        ref, depth, trace = xi.lit, 1, None
-    else:
-        n = ref[0]
-        depth, trace = n.depth + 1, n.trace
-    b = xi.batch_shape
-    return _finish(
-        prim, params, (ref,), depth, xi.shape, out_dt, ((len(b),), b) if b else None, trace
-    )
+    t = _new_tensor(Tensor)
+    t._impl = bind_unary(prim, params, xi, xi.shape, out_dt)
+    return t
 
 
 def make_unary(name: str, prim, kind: str) -> Callable[..., Tensor]:
@@ -304,23 +265,8 @@ def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
                 lit.weak = True
                 if x2 and x2 == x2 and lits is not None and len(lits) < 64:
                     lits[x2] = lit
-            ref = ti.src
-            if ref is None:
-                ref, depth, trace = ti.lit, 1, None
-            else:
-                n = ref[0]
-                depth, trace = n.depth + 1, n.trace
-            b = ti.batch_shape
             t = _new_tensor(Tensor)
-            t._impl = make_node(
-                prim,
-                params,
-                (ref, lit),
-                depth,
-                ((ti.shape, out_dt),),
-                trace,
-                ((len(b), 0), b) if b else None,
-            )[0]
+            t._impl = bind_scalar(prim, params, ti, lit, False, out_dt)
             return t
         return _binary(name, prim, kind, x1, x2)
 

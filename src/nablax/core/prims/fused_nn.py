@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import _caches
 from .. import dtypes
 from ..build import bind
 from ..primitive import primitive
@@ -237,23 +238,44 @@ def clip_by_global_norm(leaves: list, max_norm: float) -> list | None:
     return [Tensor._wrap(o) for o in outs]
 
 
-# ---- AdamW's update with the decay and the learning rate folded in ----------------------------
-# params: (b1, b2, eps, weight_decay, scale); inputs: g, m, v, count (int32), p
+# ---- AdamW's update with the decay and the learning rate folded in, over a whole tree ---------
+# params: (b1, b2, eps, weight_decay, scale, n); inputs: g[n], m[n], v[n], count (int32), p[n];
+# outputs: m[n], v[n], update[n]
 
 
-def _adamw_lower(params, g, m, v, count, p):
-    b1, b2, eps, wd, scale = params
+def _adamw_lower(params, *xs):
+    b1, b2, eps, wd, scale, n = params
+    gs, ms, vs, count, ps = xs[:n], xs[n : 2 * n], xs[2 * n : 3 * n], xs[3 * n], xs[3 * n + 1 :]
     t = count.astype(jnp.float32)
-    m, v, d = _fused.adam_formula(g, m, v, t, b1, b2, eps, (jnp.expm1, jnp.sqrt, _fused._astype))
-    return m, v, (d + wd * p) * scale  # add_decayed_weights, then the -lr of scale_by_lr
+    ops = (jnp.expm1, jnp.sqrt, _fused._astype)
+    new_m, new_v, ups = [], [], []
+    for g, m, v, p in zip(gs, ms, vs, ps):
+        m, v, d = _fused.adam_formula(g, m, v, t, b1, b2, eps, ops)
+        new_m.append(m)
+        new_v.append(v)
+        ups.append((d + wd * p) * scale)  # add_decayed_weights, then the -lr of scale_by_lr
+    return (*new_m, *new_v, *ups)
 
 
-def _adamw_aval(params, g, m, v, count, p):
-    return _fused._adam_aval(params, g, m, v, count)
+def _adamw_aval(params, *avals):
+    n = params[5]
+    per = [
+        _fused._adam_aval(params, avals[i], avals[n + i], avals[2 * n + i], avals[3 * n])
+        for i in range(n)
+    ]
+    return tuple(a[0] for a in per) + tuple(a[1] for a in per) + tuple(a[2] for a in per)
 
 
 def _adamw_shard(params, in_layouts, in_avals, out_avals):
-    return _fused._adam_shard(params, in_layouts[:4], in_avals[:4], out_avals)
+    n = params[5]
+    lays = []
+    for i in range(n):
+        k = (i, n + i, 2 * n + i, 3 * n)
+        (lay, _, _) = _fused._adam_shard(
+            params, [in_layouts[j] for j in k], [in_avals[j] for j in k], out_avals[i::n]
+        )
+        lays.append(lay)
+    return tuple(lays) * 3
 
 
 adamw_p = primitive(
@@ -263,8 +285,50 @@ adamw_p = primitive(
     multiple_results=True,
     rules=derived_from_jax,
     shard=_adamw_shard,
-    doc="AdamW's new moments and update (direction + weight_decay * p, times -lr), fused.",
+    doc="AdamW's new moments and updates (direction + weight_decay * p, times -lr) of every "
+    "parameter of a tree, fused into one node.",
 )
+
+
+_ADAMW_DTYPES = _caches.Cache("core.adamw_fusable_dtypes", 256)  # (g, m, v, p) dtypes -> fuses
+
+
+def _adamw_dtypes_rule(gd, md, vd, pd) -> bool:
+    return (
+        _fused._is_float(gd)
+        and _fused._is_float(md)
+        and _fused._is_float(vd)
+        and dtypes.promote(md, gd) == md
+        and dtypes.promote(vd, gd) == vd
+        and pd == dtypes.promote(md, vd)
+    )
+
+
+def _adamw_fusable(g, m, v, p) -> bool:
+    if not (type(g) is Tensor and type(m) is Tensor and type(v) is Tensor and type(p) is Tensor):
+        return False
+    gi, mi, vi, pi = g._impl, m._impl, v._impl, p._impl
+    if not gi.shape == mi.shape == vi.shape == pi.shape:
+        return False
+    key = (gi.dtype, mi.dtype, vi.dtype, pi.dtype)
+    return _ADAMW_DTYPES.get_or_make(key, lambda: _adamw_dtypes_rule(*key))
+
+
+def adamw_update_tree(gs, ms, vs, count: Tensor, ps, b1, b2, eps, weight_decay, scale) -> list:
+    """``[(new m, new v, (direction + weight_decay * p) * scale)]`` per parameter: one node for
+    the whole tree when every parameter fuses (:func:`fused.adam_update` would be one node and
+    ``p`` is a tensor of the direction's shape and dtype), else per parameter as
+    :func:`adamw_update`."""
+    n = len(gs)
+    if n and all(_adamw_fusable(g, m, v, p) for g, m, v, p in zip(gs, ms, vs, ps)):
+        ins = [t._impl for t in (*gs, *ms, *vs, count, *ps)]
+        outs = bind(adamw_p, ins, (b1, b2, eps, weight_decay, scale, n))
+        w = Tensor._wrap
+        return [(w(outs[i]), w(outs[n + i]), w(outs[2 * n + i])) for i in range(n)]
+    return [
+        adamw_update(g, m, v, count, p, b1, b2, eps, weight_decay, scale)
+        for g, m, v, p in zip(gs, ms, vs, ps)
+    ]
 
 
 def adamw_update(g, m, v, count: Tensor, p, b1, b2, eps, weight_decay: float, scale: float):
@@ -272,19 +336,60 @@ def adamw_update(g, m, v, count: Tensor, p, b1, b2, eps, weight_decay: float, sc
     :func:`fused.adam_update` would be one and ``p`` is a tensor of the direction's shape and
     dtype, else the separate ops (Adam's node, then the decay's multiply and add and the
     scale's multiply, as ``optim.adamw``'s three stages compute them)."""
-    if (
-        isinstance(g, Tensor)
-        and isinstance(m, Tensor)
-        and isinstance(v, Tensor)
-        and isinstance(p, Tensor)
-        and g.shape == m.shape == v.shape == p.shape
-        and all(_fused._is_float(x.dtype) for x in (g, m, v))
-        and dtypes.promote(m.dtype, g.dtype) == m.dtype
-        and dtypes.promote(v.dtype, g.dtype) == v.dtype
-        and p.dtype == dtypes.promote(m.dtype, v.dtype)
-    ):
-        ins = [g._impl, m._impl, v._impl, count._impl, p._impl]
-        outs = bind(adamw_p, ins, (b1, b2, eps, weight_decay, scale))
+    if _adamw_fusable(g, m, v, p):
+        outs = bind(
+            adamw_p,
+            [g._impl, m._impl, v._impl, count._impl, p._impl],
+            (b1, b2, eps, weight_decay, scale, 1),
+        )
         return tuple(Tensor._wrap(o) for o in outs)
     m, v, d = _fused.adam_update(g, m, v, count, b1, b2, eps)
     return m, v, (d + weight_decay * p) * scale
+
+
+# ---- apply_updates over a whole tree ---------------------------------------------------------
+# params: (n,); inputs: p[n], u[n] (each pair of one shape and dtype); outputs: p + u per leaf
+
+
+def _apply_lower(params, *xs):
+    (n,) = params
+    return tuple(p + u for p, u in zip(xs[:n], xs[n:]))
+
+
+def _apply_aval(params, *avals):
+    return avals[: params[0]]
+
+
+def _apply_shard(params, in_layouts, in_avals, out_avals):
+    return tuple(in_layouts[: params[0]])  # each new parameter laid out as the parameter
+
+
+apply_updates_p = primitive(
+    "apply_updates",
+    _apply_aval,
+    _apply_lower,
+    multiple_results=True,
+    rules=derived_from_jax,
+    shard=_apply_shard,
+    doc="params + updates leaf by leaf (optim.apply_updates on leaves of one shape and dtype), "
+    "one node for the whole tree.",
+)
+
+
+def apply_updates(ps: list, us: list) -> list | None:
+    """``[p + u]`` in one node when every pair is two float tensors of one shape and dtype (no
+    cast, no broadcast: exactly ``p + u``), else None (``optim.apply_updates`` then adds leaf by
+    leaf, with its casts)."""
+    if not ps:
+        return None
+    for p, u in zip(ps, us):
+        if not (
+            type(p) is Tensor
+            and type(u) is Tensor
+            and p.shape == u.shape
+            and p.dtype == u.dtype
+            and _fused._is_float(p.dtype)
+        ):
+            return None
+    outs = bind(apply_updates_p, [t._impl for t in (*ps, *us)], (len(ps),))
+    return [Tensor._wrap(o) for o in outs]

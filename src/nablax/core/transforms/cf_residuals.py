@@ -28,7 +28,7 @@ from jax import lax
 from ... import _caches
 from ...errors import NablaxError
 from ..ops.creation import zeros_like
-from ..primitive import Primitive
+from ..primitive import primitive
 from ..prims._rules import cast_like, derived_from_jax, is_float_tensor
 from .cf_stage import add_node
 
@@ -153,7 +153,7 @@ def _pull_lower(params, *xs):
     return tuple(pull(cts))
 
 
-cf_pullback_p = Primitive(
+cf_pullback_p = primitive(
     "cf_pullback",
     lambda params, *avals: tuple(params[2]),
     _pull_lower,

@@ -28,11 +28,11 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import ConcretizationError, GraphBreakError
-from ..build import make_node
+from ..build import bind_known
 from ..context import CTX
 from ..graph import Literal, Var, _next_seq
 from ..tensor import Tensor
-from .subprogram import Body, Stage, common_batch, depth_and_trace
+from .subprogram import Body, Stage, common_batch
 
 _MAX_RESTAGE = 4
 
@@ -207,8 +207,7 @@ def needs_residuals(refs) -> bool:
 
 def add_node(prim, params: tuple, refs: list, bshapes: list, out_avals) -> list[Tensor]:
     """Add one control-flow node (inputs ``refs``, with their batch shapes) to the graph."""
-    depth, trace = depth_and_trace(refs)
     out_b = common_batch(bshapes)
     bdims = (tuple(len(b) for b in bshapes), out_b) if out_b else None
-    impls = make_node(prim, params, tuple(refs), depth + 1, tuple(out_avals), trace, bdims)
+    impls = bind_known(prim, refs, params, tuple(out_avals), bdims=bdims)
     return [Tensor._wrap(i) for i in impls]

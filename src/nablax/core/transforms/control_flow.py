@@ -115,7 +115,7 @@ def _split(xs, counts):
     return out
 
 
-def _node(prim, base: tuple, refs, bshapes, in_avals, out_avals) -> list:
+def _control_node(prim, base: tuple, refs, bshapes, in_avals, out_avals) -> list:
     """Add a scan/cond node (``base`` parameters); under a differentiation trace it also
     outputs the residuals its backward pass needs (cf_residuals.py), which are not returned."""
     res = None
@@ -300,7 +300,7 @@ def _branches(index: Tensor, fns: Sequence[Callable], labels, operands, what: st
         counts.append(len(r))
         in_avals += s.in_avals()
     base = (tuple(s.body for s in staged), tuple(counts))
-    outs = _node(cond_p, base, refs, bshapes, in_avals, first.out_avals)
+    outs = _control_node(cond_p, base, refs, bshapes, in_avals, first.out_avals)
     return _tree.unflatten(first.out_def, outs)
 
 
@@ -513,6 +513,6 @@ def _scan(f, init, xs, length, reverse, unroll, what: str, user):
     refs, bshapes = s.inputs()
     base = (s.body, nc, len(xs_t), length, bool(reverse), unroll)
     in_avals = [(t.shape, t.dtype) for t in init_t + xs_t] + s.in_avals()[nc + len(xs_t) :]
-    outs = _node(scan_p, base, refs, bshapes, in_avals, _scan_abstract(base + (None,)))
+    outs = _control_node(scan_p, base, refs, bshapes, in_avals, _scan_abstract(base + (None,)))
     carry = _tree.unflatten(init_def, outs[:nc])
     return carry, _tree.unflatten(y_def_box[0], outs[nc:])

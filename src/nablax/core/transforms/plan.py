@@ -28,7 +28,7 @@ import threading
 from typing import Any
 
 from ... import _caches, _config
-from ..build import make_node
+from ..build import bind_known
 from ..graph import SCALAR_TYPES, Var, encode, new_var, seq_of
 from ..realize import realize_impls
 from ..tensor import Tensor
@@ -245,7 +245,7 @@ def _record(fr: Frame, markers, result: dict):
 
 
 def replay(plan: Plan, frame: Frame, markers) -> dict:
-    """Build the recorded backward nodes on ``frame`` (with :func:`build.make_node`, as the rules
+    """Build the recorded backward nodes on ``frame`` (with :func:`build.bind_known`, as the rules
     would have); ``{marker: cotangent tensor}``."""
     _S.hits += 1
     env = frame.env
@@ -254,13 +254,11 @@ def replay(plan: Plan, frame: Frame, markers) -> dict:
     made: dict = {}  # slot -> output impl (the wanted ones, kept alive)
     max_depth = 0
     for (prim, params, codes, base, _, _), traced, avals, bdims in plan.nodes:
-        refs = tuple([env[c] if c >= 0 else ext[~c] for c in codes])
-        d = 0
-        for r in refs:
-            if type(r) is Var and r[0].depth > d:
-                d = r[0].depth
-        d += 1
-        impls = make_node(prim, params, refs, d, avals, frame.trace if traced else None, bdims)
+        refs = [env[c] if c >= 0 else ext[~c] for c in codes]
+        impls = bind_known(
+            prim, refs, params, avals, trace=frame.trace if traced else None, bdims=bdims
+        )
+        d = impls[0].src[0].depth
         for j, impl in enumerate(impls):
             env.append(impl.src)
             if base + j in wanted:

@@ -49,14 +49,14 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import GraphBreakError
-from ..build import make_node
+from ..build import bind_known
 from ..graph import Literal
 from ..primitive import primitive
 from ..prims._rules import cast_like, is_float_tensor
 from ..sharding import DeviceMesh, ShardingSpec
 from ..tensor import Tensor
 from .jvp import forward_pass
-from .subprogram import Body, Stage, depth_and_trace
+from .subprogram import Body, Stage
 from .trace import is_float, output_tensor
 from .vjp import backward_pass
 
@@ -70,11 +70,10 @@ def _abstract(params, *avals):
 def _call(body: Body, refs: list, bds: list) -> list:
     """Add the node running ``body`` on ``refs`` (node-input references, one per body input,
     with ``bds`` batch axes each) to the graph; returns its output impls."""
-    depth, trace = depth_and_trace(refs)
     all_refs = tuple(refs) + tuple(Literal(v, d) for v, d in body.lits)
     all_bds = tuple(bds) + (0,) * len(body.lits)
     bdims = (all_bds, body.out_bshape) if any(all_bds) or body.out_bshape else None
-    impls = make_node(shard_map_call_p, (body,), all_refs, depth + 1, body.out_avals, trace, bdims)
+    impls = bind_known(shard_map_call_p, all_refs, (body,), body.out_avals, bdims=bdims)
     for impl, spec in zip(impls, body.plan):
         impl.sharding = spec
     return impls

@@ -22,10 +22,10 @@ import numpy as np
 
 from ...errors import GraphBreakError
 from .. import realize as _realize
-from ..build import make_node
+from ..build import bind_known
 from ..context import CTX
 from ..graph import SCALAR_TYPES, Var, _next_seq, encode, run_steps, toposort
-from ..primitive import Primitive
+from ..primitive import primitive, zero_jvp, zero_vjp
 from ..tensor import Tensor
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -35,13 +35,26 @@ def _placeholder_lower(params, *xs):  # pragma: no cover - never lowered: replac
     raise GraphBreakError("nx.compile: a placeholder argument has no value while tracing")
 
 
-# Not an operation, so not in the registry: a placeholder node stands for an argument of the
-# traced program. It is never lowered (the program reads its arguments instead) and transforms
-# see it as an untraced input, so it needs no derivative or batching rule.
-compile_input_p = Primitive(
+def _placeholder_batch(params, bds):  # pragma: no cover - never lowered, batched or not
+    return _placeholder_lower(params)
+
+
+def _placeholder_shard(params, layouts, in_avals, out_avals):  # pragma: no cover - as above
+    raise GraphBreakError("nx.compile: a placeholder argument has no layout while tracing")
+
+
+# A placeholder node stands for an argument of the traced program. It is never lowered (the
+# program reads its arguments instead: the lowering and the batch and sharding rules raise), and
+# transforms see it as an untraced input, so its derivative is zero (a differentiated argument is
+# marked by a trace_input node on top of it).
+compile_input_p = primitive(
     "compile_input",
     lambda params: ((params[0], params[1]),),
     _placeholder_lower,
+    jvp=zero_jvp,
+    vjp=zero_vjp,
+    batch=_placeholder_batch,
+    shard=_placeholder_shard,
     differentiable=False,
     doc="An argument of a function being traced by nx.compile (see transforms/compile.py).",
 )
@@ -136,7 +149,7 @@ def forget_traced(placeholders, since: int | None = None) -> None:
 def make_placeholder(t: Any, k: int):
     """``(node, tensor)``: a pending tensor standing for argument ``k`` (shape/dtype of ``t``, a
     tensor or any object with ``shape`` and ``dtype``)."""
-    (impl,) = make_node(compile_input_p, (t.shape, t.dtype, k), (), 1, ((t.shape, t.dtype),))
+    (impl,) = bind_known(compile_input_p, (), (t.shape, t.dtype, k), ((t.shape, t.dtype),))
     return impl.src[0], Tensor._wrap(impl)
 
 

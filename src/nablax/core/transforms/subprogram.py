@@ -16,14 +16,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..build import make_node
+from ..build import bind_known
 from ..graph import (
     SCALAR_TYPES,
     Literal,
     Node,
     Var,
     _next_seq,
-    deeper,
     encode,
     end_trace,
     run_steps,
@@ -149,7 +148,7 @@ class Stage:
         """A new input: the marked placeholder tensor the staged code sees."""
         bdims = ((), bshape) if bshape else None
         params = (shape, dtype, len(self.ins))
-        (impl,) = make_node(compile_input_p, params, (), 1, ((shape, dtype),), None, bdims)
+        (impl,) = bind_known(compile_input_p, (), params, ((shape, dtype),), bdims=bdims)
         m = mark(Tensor._wrap(impl), self.trace)
         self.ins.append(_In(impl.src[0], marker_of(m), bshape, spec))
         return m
@@ -257,20 +256,6 @@ class _Captures:
             i.ph.seq = self.lo - 1 + (2 * k + 1) / (2 * n + 2)
             i.marker.seq = self.lo - 1 + (2 * k + 2) / (2 * n + 2)
         return [i.marker for i in self.made]
-
-
-def depth_and_trace(refs) -> tuple:
-    """``(depth, trace)`` of a node on ``refs``: its inputs' deepest depth and differentiation
-    trace (the node's own depth is one more)."""
-    depth, trace = 0, None
-    for r in refs:
-        if type(r) is Var:
-            m = r[0]
-            if m.depth > depth:
-                depth = m.depth
-            if m.trace is not None:
-                trace = deeper(trace, m.trace)
-    return depth, trace
 
 
 def common_batch(shapes) -> tuple:

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..build import TensorImpl, impl_from_array, make_node
+from ..build import TensorImpl, bind_known, impl_from_array
 from ..context import CTX
 from ..graph import SCALAR_TYPES, Node, Trace, Var, end_trace, new_var, seq_of
 from ..ops.creation import full
@@ -99,17 +99,8 @@ trace_input_p = primitive(
 def mark(t: Tensor, trace: Trace) -> Tensor:
     """A new tensor equal to ``t`` whose node is a marker owned by ``trace``."""
     impl = t._impl
-    depth = 1 if impl.src is None else impl.src[0].depth + 1
     b = impl.batch_shape
-    (out,) = make_node(
-        trace_input_p,
-        (),
-        (impl.ref,),
-        depth,
-        ((impl.shape, impl.dtype),),
-        trace,
-        ((len(b),), b) if b else None,
-    )
+    (out,) = bind_known(trace_input_p, (impl,), (), ((impl.shape, impl.dtype),), trace=trace)
     if impl.value is not None and not b:
         # Already computed: so is the marker. Programs then read the array itself instead of
         # copying it through an identity node (and a program boundary); ``src`` stays, so the

@@ -33,7 +33,7 @@ import numpy as np
 
 from ... import tree as _tree
 from ...errors import op_error
-from ..build import make_node
+from ..build import bind_known
 from ..context import CTX
 from ..ops.reduce import sum as _sum
 from ..ops.shape import broadcast_to, expand_dims, moveaxis
@@ -159,13 +159,8 @@ decr_batch_dims_p = primitive(
 
 def _view(prim, params, t: Tensor, shape: tuple, bshape: tuple) -> Tensor:
     impl = t._impl
-    if impl.src is not None:
-        n = impl.src[0]
-        depth, trace = n.depth + 1, n.trace
-    else:
-        depth, trace = 1, None
     bd = ((len(impl.batch_shape),), bshape)
-    (out,) = make_node(prim, params, (impl.ref,), depth, ((shape, impl.dtype),), trace, bd)
+    (out,) = bind_known(prim, (impl,), params, ((shape, impl.dtype),), bdims=bd)
     return Tensor._wrap(out)
 
 
