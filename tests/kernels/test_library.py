@@ -310,7 +310,8 @@ def test_attention_candidates_and_heuristics_per_platform():
                 cands = ATTENTION.hook("candidate_cfgs", plat)(inv)
                 assert 1 <= len(cands) <= 9 and len(set(cands)) == len(cands)
                 assert ATTENTION.hook("heuristic_cfg", plat)(inv) in cands
-                # XLA's whole-matrix implementation is a candidate on both platforms
+                # XLA's whole-matrix implementation is a candidate on both platforms (up to a
+                # score-matrix size: 2 x 4 x 1000 x 4096 is within the CPU's)
                 assert any(c.impl == "xla" for c in cands)
             for c in ATTENTION.candidate_cfgs(inv):
                 assert c.block_q <= sq and c.block_kv <= skv
@@ -318,6 +319,9 @@ def test_attention_candidates_and_heuristics_per_platform():
             for c in ATTENTION.candidate_cfgs_gpu(inv):
                 assert all(x >= 16 and x & (x - 1) == 0 for x in (c.block_q, c.block_kv))
                 assert c.impl in ("pallas", "xla", "cudnn")
+    big = jax.ShapeDtypeStruct((8, 4096, 4, 64), jnp.float32)
+    for c in ATTENTION.candidate_cfgs(_inv(big, big, big)):  # 2^29 scores: too many for a CPU
+        assert c.impl is None
 
 
 @pytest.mark.parametrize(

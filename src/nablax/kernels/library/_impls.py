@@ -35,9 +35,21 @@ import numpy as np
 
 IMPLS = ("pallas", "xla", "cudnn")
 
-# The full score matrix an "xla" candidate may build, in elements (512 MiB of float32): beyond it
-# the tuner does not offer the unblocked implementation (an explicit impl="xla" still runs).
-XLA_MAX_SCORES = 1 << 27
+# The full score matrix (batch x heads x seq_q x seq_kv elements) an "xla" attention candidate may
+# build: beyond it the tuner does not offer the unblocked implementation (an explicit impl="xla"
+# still runs). Accelerators: 2^30 (4 GiB of float32, so issue 38's 4 x 16 x 2048^2 call is in);
+# the CPU: 2^25 (128 MiB; its backward holds a few such matrices in host memory).
+XLA_MAX_SCORES_CPU = 1 << 25
+XLA_MAX_SCORES_ACCEL = 1 << 30
+
+
+def xla_max_scores(plat: str) -> int:
+    """The largest score matrix (elements) an "xla" attention candidate may build on ``plat``.
+
+    >>> xla_max_scores("cpu") < xla_max_scores("gpu")
+    True
+    """
+    return XLA_MAX_SCORES_CPU if plat == "cpu" else XLA_MAX_SCORES_ACCEL
 
 
 def platform() -> str:

@@ -38,12 +38,12 @@ from ..kernel import Kernel
 from . import attention_ext as ext_mod
 from ._impls import (
     IMPLS,
-    XLA_MAX_SCORES,
     cudnn_reason,
     pallas_available,
     pallas_gpu_reason,
     pallas_interpret,
     platform,
+    xla_max_scores,
 )
 from .attention_blocked import blocked_backward, blocked_forward
 from .attention_ext import resolve_scale
@@ -269,7 +269,7 @@ class _Call:
         q, k, v = inv.args
         lead = int(np.prod(q.shape[:-2])) if inv.kwargs.get("layout") == "bhsd" else None
         heads = q.shape[0] * q.shape[2] if lead is None else lead
-        self.xla_ok = heads * self.sq * self.skv <= XLA_MAX_SCORES
+        self.scores = heads * self.sq * self.skv
         shapes = (tuple(q.shape), tuple(k.shape), tuple(v.shape))
         plain = not inv.kwargs.get("layout") and not _grouped(q, k, v)
         self.cudnn_ok = plain and cudnn_reason(*shapes, q.dtype, platform()) is None
@@ -283,7 +283,7 @@ class _Call:
             mk = lambda impl: AttentionCfg(*_pow2_blocks(128, 64, self.sq, self.skv), impl=impl)  # noqa: E731
         else:
             mk = lambda impl: _clip_cfg(128, 128, self.sq, self.skv, impl)  # noqa: E731
-        out = [mk("xla")] if self.xla_ok else []
+        out = [mk("xla")] if self.scores <= xla_max_scores("gpu" if gpu else "cpu") else []
         return out + ([mk("cudnn")] if gpu and self.cudnn_ok else [])
 
 
@@ -435,7 +435,7 @@ class Attention(Kernel[AttentionCfg, jax.Array]):
 
     def candidate_cfgs(self, inv: Invocation) -> list[AttentionCfg]:
         """Up to 8 tile pairs from 64..512 for the blocked path, clipped to the sequences, and
-        XLA's whole-matrix path (when the score matrix is at most ``XLA_MAX_SCORES``); with the
+        XLA's whole-matrix path (when the score matrix is at most ``_impls.xla_max_scores``); with the
         ``INTERPRET`` switch also Pallas tiles (interpret mode)."""
         self.prepare(*inv.args, **inv.kwargs)  # clear errors (memoized checks)
         c = _Call(inv)
