@@ -14,6 +14,9 @@ Cases (the shapes of issue 38):
   "xla", "cudnn"), ``jax.nn.dot_product_attention`` with ``implementation="cudnn"`` and ``"xla"``,
   and ``torch.nn.functional.scaled_dot_product_attention`` when PyTorch with CUDA is installed.
   FLOPs: ``4 * B * H * S^2 * D`` halved for causal (forward), 2.5 times that for the backward.
+Each case also times "nablax tuned (cfg=None)": a fresh executor whose chain autotunes the call
+(forward alone, or forward plus backward under ``jax.vjp``) and prints every candidate's time.
+
 - **matmul**: 4096 x 4096 x 4096, bfloat16. Peers: nablax's ``library.matmul`` with each available
   implementation, ``jnp.dot`` and ``torch.mm``. FLOPs: ``2 M N K`` forward, twice that backward.
 
@@ -39,10 +42,38 @@ import jax.numpy as jnp
 import numpy as np
 
 from _common import environment, fmt, med_best, time_blocks, verdict  # bench/ is on sys.path
-from nablax.kernels import library
+from nablax.kernels import (
+    AutotunePolicy,
+    ConfigCache,
+    ConfigSelectorChain,
+    Executor,
+    Tuner,
+    library,
+)
 from nablax.kernels.library import AttentionCfg, MatmulCfg, _impls
 
+
+class _ReportingTuner(Tuner):
+    """The tuner of the "nablax tuned" peers: prints what each tuning chose."""
+
+    def tune(self, kernel, inv, candidates, *a, **kw):
+        result = super().tune(kernel, inv, candidates, *a, **kw)
+        timed = ", ".join(
+            f"{t.cfg}: {t.median_s * 1e3:.3f} ms" if t.error is None else f"{t.cfg}: failed"
+            for t in result.timings
+        )
+        print(f"  tuned {kernel.versioned_id} on {result.objective}: {result.best} ({timed})")
+        return result
+
+
+def _tuned_executor() -> Executor:
+    """A fresh executor whose chain autotunes on every new call (memory cache only)."""
+    tuner = _ReportingTuner(warmup=1, iters=5, progress=False)
+    return Executor(ConfigSelectorChain(ConfigCache(), AutotunePolicy(), tuner, persistent=False))
+
+
 GPU = _impls.platform() == "gpu"
+TUNED = "nablax tuned (cfg=None)"
 
 
 def _torch():
@@ -165,10 +196,14 @@ def _attention(args, torch, device) -> None:
 
     for mode, mult in (("forward", 1.0), ("forward+backward", 3.5)):
         print(f"\nattention {mode}: checking peers")
+        # cfg=None: the chain picks among every available implementation; a fresh executor per
+        # mode (an executor memoizes its choice per shape, whatever the mode)
+        ex = _tuned_executor()
+        fns = {**fwds, TUNED: lambda q, k, v, ex=ex: ex(library.ATTENTION, q, k, v, causal=True)}
         if mode == "forward":
-            peers = [_jax_peer(n, f, q, k, v) for n, f in fwds.items()]
+            peers = [_jax_peer(n, f, q, k, v) for n, f in fns.items()]
         else:
-            peers = [_jax_peer(n, grads(f), q, k, v, do) for n, f in fwds.items()]
+            peers = [_jax_peer(n, grads(f), q, k, v, do) for n, f in fns.items()]
         if torch is not None:
             peers.append(_torch_sdpa(torch, device, (q, k, v, do), mode))
         peers = _check(peers, ref_out if mode == "forward" else ref_grad)
@@ -232,12 +267,14 @@ def _matmul(args, torch, device) -> None:
     ref_grad = np.asarray(jax.jit(lambda dy, b: jnp.dot(dy, b.T))(dy, b), np.float32)
     for mode, mult in (("forward", 1.0), ("forward+backward", 3.0)):
         print(f"\nmatmul {mode}: checking peers")
+        ex = _tuned_executor()
+        fns = {**fwds, TUNED: lambda a, b, ex=ex: ex(library.MATMUL, a, b)}
         if mode == "forward":
-            peers = [_jax_peer(k, f, a, b) for k, f in fwds.items()]
+            peers = [_jax_peer(k, f, a, b) for k, f in fns.items()]
         else:
             peers = [
                 _jax_peer(k, lambda a, b, dy, f=f: jax.vjp(f, a, b)[1](dy), a, b, dy)
-                for k, f in fwds.items()
+                for k, f in fns.items()
             ]
         if torch is not None:
             peers.append(_torch_mm(torch, device, (a, b, dy), mode))

@@ -32,7 +32,9 @@ def test_bench_gpu_smoke_runs_every_case():
         assert f"{case} (" in out, out[-4000:]
     assert "TFLOP/s" in out and "ratio" in out
     assert "FAILED" not in out, out[-4000:]
-    peers = ["nablax impl=xla", "jax.nn xla", "jnp.dot"]
+    # the tuned peer's chain timed attention on forward plus backward under jax.vjp
+    assert "tuned attention@v1 on forward+backward" in out, out[-4000:]
+    peers = ["nablax impl=xla", "nablax tuned (cfg=None)", "jax.nn xla", "jnp.dot"]
     if jax.default_backend() == "cpu" or _impls.pallas_gpu_reason() is None:
         peers.append("nablax impl=pallas")  # else the script says why it is not available
     for peer in peers:
