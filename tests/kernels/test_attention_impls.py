@@ -229,3 +229,30 @@ def test_no_deprecation_warning_on_a_plain_run():
             jax.grad(lambda q, c=cfg: library.attention(q, k, v, causal=True, cfg=c).sum())(q)
         for cfg in (None, MatmulCfg(16, 16, 16, impl="pallas")):
             jax.grad(lambda a, c=cfg: library.matmul(a, a, cfg=c).sum())(a)
+
+
+def test_pallas_kernels_lower_for_cuda_or_say_why_not():
+    """Lowered for CUDA from any machine (no GPU needed): on a JAX whose Triton backend is
+    supported, the flash-attention forward, its two backward kernels and the matmul become Triton
+    kernel calls with no warning (lowered, not compiled or run: that needs a GPU); on JAX 0.11+
+    the Pallas GPU implementation raises NotImplementedError before any deprecated lowering."""
+    q = jax.ShapeDtypeStruct((2, 256, 4, 64), jnp.bfloat16)
+    a = jax.ShapeDtypeStruct((256, 256), jnp.bfloat16)
+    opts = dict(scale=0.125, causal=True, blocks=(64, 64), interpret=False)
+
+    def attn(q, k, v, do):
+        out, lse = pallas_forward(q, k, v, **opts)
+        return pallas_backward(q, k, v, out, lse, do, **opts)
+
+    def mm(a, b):
+        return mm_mod.pallas_matmul_2d(a, b, MatmulCfg(64, 64, 32), interpret=False)
+
+    for fn, args, calls in ((attn, (q, q, q, q), 3), (mm, (a, a), 1)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)
+            if _impls.triton_deprecated():
+                with pytest.raises(NotImplementedError, match="Triton backend"):
+                    jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",))
+                continue
+            text = jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+        assert text.count("__gpu$xla.gpu.triton") == calls, text[:2000]
