@@ -26,10 +26,13 @@ def _nodes(*ts):
     return toposort([t._impl.src[0] for t in ts if t._impl.src is not None])
 
 
+PRIVATE = ("_node", "_node1", "make_node")  # core/build.py's node constructors
+
+
 def test_only_build_creates_nodes():
     """No module but core/build.py instantiates ``Node`` (``Node(...)`` or ``object.__new__``),
     and no module but core/build.py calls or imports its private constructor ``_node``: every other
-    node is made through ``bind``/``bind_known``/``bind_unary``/``bind_scalar``."""
+    node is made through ``bind``/``bind_known``/``bind_unary``/``bind_scalar``/``bind_pair``."""
     bad = []
     for path in SRC.rglob("*.py"):
         if path.name == "build.py" and path.parent.name == "core":
@@ -38,12 +41,12 @@ def test_only_build_creates_nodes():
         for n in ast.walk(tree):
             if isinstance(n, ast.Call):
                 names = [a.id for a in [n.func, *n.args] if isinstance(a, ast.Name)]
-                if "Node" in names or "_node" in names or "make_node" in names:
-                    bad.append(f"{path.relative_to(SRC)}:{n.lineno}")
-                if isinstance(n.func, ast.Attribute) and n.func.attr in ("_node", "make_node"):
+                f = n.func
+                called = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+                if "Node" in names or called in PRIVATE:
                     bad.append(f"{path.relative_to(SRC)}:{n.lineno}")
             elif isinstance(n, ast.ImportFrom) and n.module and n.module.endswith("build"):
-                private = [a.name for a in n.names if a.name in ("_node", "make_node")]
+                private = [a.name for a in n.names if a.name in PRIVATE]
                 if private:
                     bad.append(f"{path.relative_to(SRC)}:{n.lineno} imports {private}")
     assert not bad, f"nodes made outside core/build.py's bind family: {bad}"

@@ -14,7 +14,8 @@ batch axes of the enclosing vmaps, outermost first (see core/transforms/vmap.py)
 :func:`bind` runs a primitive's shape rule on impl/``Literal`` inputs and makes the node; the fast
 entries for inputs whose output shape the caller already knows are :func:`bind_known` (any inputs,
 including graph references, with an explicit trace or batch layout when a transform decides them)
-and, for the element-wise hot path, :func:`bind_unary` and :func:`bind_scalar`. The node's
+and, for the element-wise hot path, :func:`bind_unary`, :func:`bind_scalar` and
+:func:`bind_pair`. The node's
 metadata (depth, differentiation trace, batch layout) is computed here and only here, and
 ``_node`` (private to this module) is the one place a ``Node`` is created: a structure test
 (tests/core/test_build_path.py) rejects any other.
@@ -222,6 +223,38 @@ def bind_known(
     return _node(prim, params, refs, depth + 1, avals, trace, bdims)
 
 
+def _node1(prim, params: tuple, inputs: tuple, depth: int, shape, dtype, trace, bdims):
+    """:func:`_node` of a single-output primitive on a node without a trace (the element-wise
+    hot path): the same node and impl, without the avals tuple and the output loop."""
+    node = _new(Node)
+    node.prim = prim
+    node.params = params
+    node.inputs = inputs
+    node.values = None
+    node.depth = depth
+    node.seq = _next_seq()
+    node.trace = trace
+    node.bdims = bdims
+    if trace is not None:
+        node.avals = ((shape, dtype),)
+    impl = _new(TensorImpl)
+    impl.src = new_var(Var, (node, 0))
+    impl.value = impl.lit = impl.sharding = None
+    impl.shape = shape
+    impl.dtype = dtype
+    impl.batch_shape = () if bdims is None else bdims[1]
+    wr = _wref(impl)
+    node.outs = (wr,)
+    pending = CTX.pending
+    if len(pending) < 4096:  # inlined fast path of note_pending
+        pending.append(wr)
+    else:
+        note_pending(wr)
+    if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # as in _node
+        realize_impls([impl], cut=True)
+    return impl
+
+
 def bind_unary(prim, params: tuple, x: TensorImpl, shape: tuple, dtype) -> TensorImpl:
     """Fast entry of the element-wise builders: ``prim`` on one impl ``x``, output ``(shape,
     dtype)`` (the same batch layout as ``x``)."""
@@ -232,9 +265,7 @@ def bind_unary(prim, params: tuple, x: TensorImpl, shape: tuple, dtype) -> Tenso
         n = ref[0]
         depth, trace = n.depth + 1, n.trace
     b = x.batch_shape
-    return _node(
-        prim, params, (ref,), depth, ((shape, dtype),), trace, ((len(b),), b) if b else None
-    )[0]
+    return _node1(prim, params, (ref,), depth, shape, dtype, trace, ((len(b),), b) if b else None)
 
 
 def bind_scalar(prim, params: tuple, x: TensorImpl, lit: Literal, first: bool, dtype) -> TensorImpl:
@@ -247,19 +278,38 @@ def bind_scalar(prim, params: tuple, x: TensorImpl, lit: Literal, first: bool, d
         n = ref[0]
         depth, trace = n.depth + 1, n.trace
     b = x.batch_shape
-    if first:
-        return _node(
-            prim,
-            params,
-            (lit, ref),
-            depth,
-            ((x.shape, dtype),),
-            trace,
-            ((0, len(b)), b) if b else None,
-        )[0]
-    return _node(
-        prim, params, (ref, lit), depth, ((x.shape, dtype),), trace, ((len(b), 0), b) if b else None
-    )[0]
+    if b:
+        bdims = ((0, len(b)) if first else (len(b), 0), b)
+        return _node1(
+            prim, params, (lit, ref) if first else (ref, lit), depth, x.shape, dtype, trace, bdims
+        )
+    return _node1(
+        prim, params, (lit, ref) if first else (ref, lit), depth, x.shape, dtype, trace, None
+    )
+
+
+def bind_pair(prim, params: tuple, a: TensorImpl, b: TensorImpl, shape: tuple, dtype) -> TensorImpl:
+    """Fast entry of the element-wise builders: ``prim`` on the impls ``a`` and ``b`` (output
+    ``(shape, dtype)``), the metadata as :func:`_meta` and :func:`batch_info` compute it."""
+    depth = 0
+    trace = None
+    ra: Any = a.src
+    if ra is None:
+        ra = a.lit
+    else:
+        n = ra[0]
+        depth, trace = n.depth, n.trace
+    rb: Any = b.src
+    if rb is None:
+        rb = b.lit
+    else:
+        n = rb[0]
+        if n.depth > depth:
+            depth = n.depth
+        if n.trace is not None:
+            trace = deeper(trace, n.trace)
+    bdims = batch_info(prim.name, (a, b)) if a.batch_shape or b.batch_shape else None
+    return _node1(prim, params, (ra, rb), depth + 1, shape, dtype, trace, bdims)
 
 
 def batch_info(op: str, inputs) -> tuple:

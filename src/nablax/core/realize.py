@@ -327,6 +327,20 @@ def _collect(roots, seen: dict) -> dict:
     return seen
 
 
+class StructureKey(tuple):
+    """A structure key ``(steps, ext_desc, out_codes, n_slots)`` that hashes its contents once:
+    a long eager chain's key holds thousands of steps, and the program cache looks it up,
+    inserts it and reorders it (a plain tuple would hash every step each time)."""
+
+    def __new__(cls, parts: tuple):
+        self = super().__new__(cls, parts)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 def _structure(seen: dict, boundary=(), only=None):
     """Encode the collected nodes in creation order (topological, and canonical: the same program
     gets the same key however its nodes were found) with :func:`graph.encode`, and build the
@@ -384,7 +398,7 @@ def _structure(seen: dict, boundary=(), only=None):
             out_codes.append(base + j)
     group_dtypes = tuple(const_groups)
     consts = tuple(np.asarray(const_groups[d], dtype=d) for d in group_dtypes)
-    key = (tuple(steps), tuple(ext_desc), tuple(out_codes), n)
+    key = StructureKey((tuple(steps), tuple(ext_desc), tuple(out_codes), n))
     pos = np.asarray(positions, dtype=np.int32) if positions else None
     return node_pos, key, (leaves, pos), consts, out_impls
 

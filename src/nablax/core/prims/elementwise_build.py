@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import DTypeError, op_error
 from .. import dtypes
-from ..build import TensorImpl, bind_known, bind_scalar, bind_unary
+from ..build import TensorImpl, bind_pair, bind_scalar, bind_unary
 from ..dtypes import bool_, promote, promote_scalar
 from ..graph import Literal, new_literal, scalar_literal
 from ..tensor import Tensor, to_impl
@@ -205,7 +205,7 @@ def _binary_tt(name, prim, kind: str, ai: TensorImpl, bi: TensorImpl) -> Tensor:
     sa, sb = ai.shape, bi.shape
     shape = sa if sa == sb else broadcast_shapes(name, sa, sb)
     t = _new_tensor(Tensor)
-    t._impl = bind_known(prim, (ai, bi), params, ((shape, out_dt),))[0]
+    t._impl = bind_pair(prim, params, ai, bi, shape, out_dt)
     return t
 
 
