@@ -757,6 +757,32 @@ spec(
     ["layer_norm"],
     tol_scale=4.0,
 )
+
+
+def _rms_norm_ref(x, w=None, n_axes=1, eps=1e-6):
+    axes = tuple(range(x.ndim - n_axes, x.ndim))
+    y = x / jnp.sqrt(jnp.square(x).mean(axis=axes, keepdims=True) + eps)
+    return y if w is None else y * w
+
+
+spec(
+    "rms_norm",
+    lambda x, w: _F.rms_norm(x, (5,), w, eps=1e-6),
+    _rms_norm_ref,
+    cases_of(lambda dt, r: [A(r, (3, 5), dt), A(r, (5,), dt)]),
+    F32_ONLY,
+    ["rms_norm"],
+    tol_scale=4.0,
+)
+spec(
+    "rms_norm_2d_plain",
+    lambda x: _F.rms_norm(x, (2, 3), eps=1e-3),
+    lambda x: _rms_norm_ref(x, n_axes=2, eps=1e-3),
+    cases_of(lambda dt, r: [A(r, (4, 2, 3), dt)]),
+    F32_ONLY,
+    ["rms_norm"],
+    tol_scale=4.0,
+)
 spec(
     "layer_norm_2d_plain",
     lambda x: _F.layer_norm(x, (2, 3), eps=1e-3),

@@ -122,3 +122,24 @@ def test_rms_norm_errors():
         F.rms_norm(nx.ones((2, 3)), (3,), nx.ones(2))
     with pytest.raises(ValueError, match="nn.RMSNorm: normalized_shape=0"):
         nn.RMSNorm(0)
+
+
+def test_float32_rms_norm_is_one_node_equal_to_the_separate_ops():
+    """float32 with a float32 weight of the normalized shape: one ``rms_norm`` node, equal to the
+    separate ops (as float16 keeps them) and to PyTorch."""
+    from nablax.core.graph import toposort
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    w = rng.standard_normal(6).astype(np.float32)
+    y = F.rms_norm(nx.tensor(x), (6,), nx.tensor(w), eps=1e-6)
+    assert [n.prim.name for n in toposort([y._impl.src[0]])] == ["rms_norm"]
+    u = nx.tensor(x)
+    sep = u * nx.rsqrt((u * u).mean(axis=-1, keepdims=True) + 1e-6) * nx.tensor(w)
+    np.testing.assert_allclose(y.numpy(), sep.numpy(), rtol=1e-6, atol=1e-6)
+    ref = torch.nn.functional.rms_norm(torch.tensor(x), (6,), torch.tensor(w), eps=1e-6)
+    np.testing.assert_allclose(y.numpy(), ref.numpy(), rtol=1e-5, atol=1e-6)
+    # a bfloat16 weight on float32 input keeps the separate ops (and their promotion)
+    y2 = F.rms_norm(nx.tensor(x), (6,), nx.tensor(w).astype(nx.bfloat16), eps=1e-6)
+    assert "rms_norm" not in [n.prim.name for n in toposort([y2._impl.src[0]])]
+    assert y2.dtype == nx.float32

@@ -102,6 +102,41 @@ def layer_norm(x: Tensor, n_axes: int, weight, bias, eps: float) -> Tensor:
     return Tensor._wrap(bind(layer_norm_p, ins, params)[0])
 
 
+# ---- RMS normalization -----------------------------------------------------------------------
+# params: (n_axes, eps, has_weight); inputs: x, then the weight when present
+
+
+def _rms_norm_lower(params, x, *weight):
+    n_axes, eps, has_w = params
+    axes = tuple(range(x.ndim - n_axes, x.ndim))
+    ms = jnp.mean(jnp.square(x), axis=axes, keepdims=True)
+    y = x * lax.rsqrt(ms + eps)
+    return y * weight[0] if has_w else y
+
+
+rms_norm_p = primitive(
+    "rms_norm",
+    _layer_norm_aval,
+    _rms_norm_lower,
+    rules=derived_from_jax,
+    shard=_shard.same_as_input,
+    doc="RMS normalization over the last dims with an optional weight (nn.functional.rms_norm), "
+    "fused.",
+)
+
+
+def rms_norm(x: Tensor, shape: tuple, weight, eps) -> Tensor | None:
+    """RMS norm of ``x`` over its last ``len(shape)`` dims in one node, or None where the
+    separate ops apply: ``x`` not float32/float64 (half precision computes in float32 and
+    rounds), a weight that is not a tensor of ``x``'s dtype and of shape ``shape``, or an ``eps``
+    that is not a concrete number (traced by ``nx.compile``)."""
+    if not layer_norm_fusable(x, shape, weight, None, eps):
+        return None
+    ins = [x._impl] if weight is None else [x._impl, weight._impl]
+    params = (len(shape), float(eps), weight is not None)
+    return Tensor._wrap(bind(rms_norm_p, ins, params)[0])
+
+
 # ---- GELU ------------------------------------------------------------------------------------
 # params: (approximate,)
 
