@@ -8,14 +8,15 @@ top level (read from its source, so names it imports are left to their owner) is
   or a ``functools.cache``/``lru_cache`` function must be in :data:`ALLOWED`, with a short reason:
   a registry filled at import, a constant table, named process-wide state... A cache is not a
   reason: caches are ``nablax._caches.Cache`` objects (bounded, counted by ``nx.cache_info()``,
-  emptied by ``nx.clear_caches()``). The caches not converted yet are listed with the reason
-  :data:`TODO`, so that they stay visible;
+  emptied by ``nx.clear_caches()``), or ``nablax._caches.DictCache`` objects on the per-op hot
+  paths (a plain dict read without a lock, bounded and registered the same way). The caches not
+  converted yet are listed with the reason :data:`TODO`, so that they stay visible;
 - an entry for a container that no longer exists fails too: the list says what is there;
-- every ``nablax._caches.Cache`` held by a module (or by a module-level state object) is
+- every ``Cache``/``DictCache`` held by a module (or by a module-level state object) is
   registered, so ``nx.cache_info()`` reports it and ``nx.clear_caches()`` empties it.
 
-To add a container: make it a registered ``_caches.Cache`` if it is a cache, else add
-``"module:name": "why"`` below.
+To add a container: make it a registered ``_caches.Cache`` (or ``DictCache``) if it is a cache,
+else add ``"module:name": "why"`` below.
 """
 
 from __future__ import annotations
@@ -59,17 +60,13 @@ ALLOWED: dict[str, str] = {
     "nablax.core.cpu_threads:_changed": "process-wide state: threads nablax moved to SCHED_BATCH",
     "nablax.core.dtypes:_CANON": CONST,
     "nablax.core.dtypes:_WEAK_EXAMPLE": CONST,
-    "nablax.core.dtypes:_promote_cache": TODO,
-    "nablax.core.dtypes:_weak_cache": TODO,
     "nablax.core.host_memory:DEFAULTS": CONST,
     "nablax.core.host_memory:RETAINED": CONST,
     "nablax.core.host_memory:_libc": "lazily found libc function (at most one item)",
     "nablax.core.host_memory:_state": "process-wide state: whether the malloc setting is applied",
     "nablax.core.ops.index:_MODES": CONST,
-    "nablax.core.ops.kernel_call:_avals": TODO + " (a dict wiped when full)",
     "nablax.core.primitive:REGISTRY": REGISTRY + ": every primitive by name",
     "nablax.core.prims._rules:NONDIFFERENTIABLE": CONST,
-    "nablax.core.prims._util:_bcast_cache": TODO + " (a dict that stops inserting when full)",
     "nablax.core.prims.elementwise:BINARY": REGISTRY + ": binary element-wise ops",
     "nablax.core.prims.elementwise:PRIMS": REGISTRY + ": element-wise primitives",
     "nablax.core.prims.elementwise:UNARY": REGISTRY + ": unary element-wise ops",
@@ -80,7 +77,6 @@ ALLOWED: dict[str, str] = {
     "nablax.core.prims.elementwise_build:_INT_WRAP": TODO + " (by integer dtype)",
     "nablax.core.prims.elementwise_build:_SCALARS": CONST,
     "nablax.core.prims.elementwise_build:_kind_cache": TODO,
-    "nablax.core.prims.fused:_FLOAT": TODO + " (by dtype)",
     "nablax.core.prims.linalg:LAX_PRECISION": CONST,
     "nablax.core.prims.random:_RULES": REGISTRY + ": random primitives' rules",
     "nablax.core.transforms.compile_info:LIVE": "weak registry of live nx.compile functions "
@@ -203,16 +199,19 @@ def containers_of(module: types.ModuleType) -> dict[str, str]:
     return found
 
 
-def caches_of(module: types.ModuleType) -> dict[str, _caches.Cache]:
-    """The ``_caches.Cache`` objects ``module`` holds: at its top level, or as an attribute of a
-    module-level state object (``_S.plans``)."""
+CACHES = (_caches.Cache, _caches.DictCache)
+
+
+def caches_of(module: types.ModuleType) -> dict[str, _caches.Cache | _caches.DictCache]:
+    """The ``_caches.Cache``/``DictCache`` objects ``module`` holds: at its top level, or as an
+    attribute of a module-level state object (``_S.plans``)."""
     found = {}
     for name, value in vars(module).items():
-        if isinstance(value, _caches.Cache):
+        if isinstance(value, CACHES):
             found[f"{module.__name__}:{name}"] = value
         elif not isinstance(value, (type, types.ModuleType)) and hasattr(value, "__dict__"):
             for attr, inner in vars(value).items():
-                if isinstance(inner, _caches.Cache):
+                if isinstance(inner, CACHES):
                     found[f"{module.__name__}:{name}.{attr}"] = inner
     return found
 
@@ -334,6 +333,8 @@ if True:
         pass
 ok_cache = _caches.Cache("test_module_state.sample_ok", 4)
 lost_cache = _caches.Cache("test_module_state.sample_lost", 4, register=False)
+ok_dict = _caches.DictCache("test_module_state.sample_ok_dict", 4)
+lost_dict = _caches.DictCache("test_module_state.sample_lost_dict", 4, register=False)
 
 
 class _State:
@@ -367,6 +368,7 @@ def sample(tmp_path):
     del sys.modules[spec.name]
     with _caches._registry_lock:
         _caches._registry.pop("test_module_state.sample_ok", None)
+        _caches._registry.pop("test_module_state.sample_ok_dict", None)
 
 
 def test_containers_of_finds_each_kind_and_nothing_else(sample):
@@ -387,10 +389,13 @@ def test_containers_of_finds_each_kind_and_nothing_else(sample):
 def test_caches_of_tells_registered_from_lost_ones(sample):
     caches = caches_of(sample)
     registered = {k.split(":")[1]: _registered(c) for k, c in caches.items()}
-    assert registered == {"ok_cache": True, "lost_cache": False, "_S.inner": False}
-    cleared = _cleared_by_clear_caches(caches)
-    assert {k.split(":")[1]: v for k, v in cleared.items()} == {
+    expected = {
         "ok_cache": True,
         "lost_cache": False,
+        "ok_dict": True,
+        "lost_dict": False,
         "_S.inner": False,
     }
+    assert registered == expected
+    cleared = _cleared_by_clear_caches(caches)
+    assert {k.split(":")[1]: v for k, v in cleared.items()} == expected

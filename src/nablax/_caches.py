@@ -2,9 +2,10 @@
 and ``nx.clear_caches()``.
 
 Every in-memory cache nablax keeps is registered here by a unique name: either a :class:`Cache`
-(registered when it is constructed) or, for a cache with bookkeeping of its own (the realization
-cache, the executables of every ``nx.compile`` function, the kernel executor), a pair of
-``info``/``clear`` functions given to :func:`register`. :func:`infos` reports them all and
+(registered when it is constructed), a :class:`DictCache` (the same for the per-op hot paths: a
+plain ``dict`` read without a lock, bounded on insertion) or, for a cache with bookkeeping of its
+own (the realization cache, the executables of every ``nx.compile`` function, the kernel
+executor), a pair of ``info``/``clear`` functions given to :func:`register`. :func:`infos` reports them all and
 :func:`clear_all` empties them all. This module sits in the base layer (no nablax imports), so
 the kernel layer and the core can both use it.
 """
@@ -73,7 +74,10 @@ class Cache:
     """A bounded, thread-safe LRU mapping with hit/miss/eviction counters, registered by name.
 
     ``maxsize`` is an int, a function returning one (read at every insertion, for bounds that
-    follow an option), or ``None`` for an unbounded cache.
+    follow an option), or ``None`` for an unbounded cache. ``on_evict(key, value)``, if given, is
+    called (under the cache's lock) for every entry dropped to stay within the bound or by
+    :meth:`evict`, not by :meth:`clear` (for bookkeeping tied to the entries, such as an index
+    into them).
 
     >>> c = Cache("doc.example", maxsize=2, register=False)
     >>> c.put("a", 1); c.put("b", 2); c.get("a"); c.put("c", 3)
@@ -88,9 +92,11 @@ class Cache:
         maxsize: int | Callable[[], int] | None,
         *,
         register: bool = True,
+        on_evict: Callable[[Hashable, Any], None] | None = None,
     ) -> None:
         self.name = name
         self._maxsize = maxsize
+        self._on_evict = on_evict  # called (under the lock) with each evicted key and value
         self._data: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.RLock()
         self.hits = self.misses = self.evictions = 0
@@ -151,13 +157,28 @@ class Cache:
         with self._lock:
             return list(self._data.values())
 
+    def evict(self, n: int) -> int:
+        """Drop the ``n`` least recently used entries (fewer if fewer are held), counted as
+        evictions: for a cache that must shrink below its bound (the realization cache under
+        memory-map pressure). Returns how many were dropped."""
+        with self._lock:
+            n = max(0, min(n, len(self._data)))
+            for _ in range(n):
+                self._pop_oldest()
+            return n
+
+    def _pop_oldest(self) -> None:
+        key, value = self._data.popitem(last=False)
+        self.evictions += 1
+        if self._on_evict is not None:
+            self._on_evict(key, value)
+
     def _trim(self) -> None:
         limit = self.maxsize
         if limit is None:
             return
         while len(self._data) > limit:
-            self._data.popitem(last=False)
-            self.evictions += 1
+            self._pop_oldest()
 
     def clear(self) -> None:
         """Drop every entry and reset the counters."""
@@ -170,6 +191,75 @@ class Cache:
             return CacheStats(
                 self.name, self.hits, self.misses, len(self._data), self.maxsize, self.evictions
             )
+
+
+class DictCache:
+    """A bounded cache on a plain ``dict``, for the per-op hot paths (dtype promotion, broadcast
+    shapes, element-wise dtype rules), where a locked :class:`Cache` lookup would cost more than
+    the work it saves.
+
+    Readers look ``data`` up directly (``cache.data[key]``, ``cache.data.get(key)``): no lock, no
+    counters, no LRU order (reading a ``dict`` while another thread inserts is safe). :meth:`put`
+    inserts under a lock and, at the bound, first drops the oldest entry (first in, first out).
+    ``data`` stays the same ``dict`` object for the cache's life (:meth:`clear` empties it in
+    place). Registered by name like :class:`Cache`: ``nx.cache_info()`` reports its ``size``,
+    ``maxsize`` and ``evictions`` (``hits``/``misses`` are ``None``: not counted), and
+    ``nx.clear_caches()`` empties it. Use it only where keys come from a small finite set (dtypes,
+    op names, shapes in use) and the values are cheap to recompute.
+
+    >>> c = DictCache("doc.dict_example", maxsize=2, register=False)
+    >>> c.put("a", 1), c.put("b", 2), c.put("c", 3)
+    (1, 2, 3)
+    >>> c.data, c.info().evictions
+    ({'b': 2, 'c': 3}, 1)
+    """
+
+    __slots__ = ("name", "data", "maxsize", "evictions", "_lock", "__weakref__")
+
+    def __init__(self, name: str, maxsize: int, *, register: bool = True) -> None:
+        if not isinstance(maxsize, int) or maxsize < 1:
+            raise ValueError(
+                f"nablax DictCache({name!r}): maxsize must be a positive int, got {maxsize!r}. "
+                "Fix: give the bound as an int >= 1 (an unbounded or option-driven cache is a "
+                "Cache)."
+            )
+        self.name = name
+        self.data: dict = {}
+        self.maxsize = maxsize
+        self.evictions = 0
+        self._lock = threading.Lock()
+        if register:
+            _register(name, self.info, self.clear)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self.data
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        return self.data.get(key, default)
+
+    def put(self, key: Hashable, value: Any) -> Any:
+        """Store ``value`` for ``key`` (dropping the oldest entries at the bound); returns
+        ``value``."""
+        with self._lock:
+            data = self.data
+            if key not in data:
+                while len(data) >= self.maxsize:
+                    del data[next(iter(data))]
+                    self.evictions += 1
+            data[key] = value
+        return value
+
+    def clear(self) -> None:
+        """Drop every entry (in place) and reset the eviction counter."""
+        with self._lock:
+            self.data.clear()
+            self.evictions = 0
+
+    def info(self) -> CacheStats:
+        return CacheStats(self.name, None, None, len(self.data), self.maxsize, self.evictions)
 
 
 class CacheReport(dict):

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import dtypes as jax_dtypes
 
+from .. import _caches
 from ..errors import DTypeError
 
 float32 = np.dtype("float32")
@@ -71,31 +72,29 @@ def is_inexact(d: np.dtype) -> bool:
     return d.kind in "fcV" or d == bfloat16
 
 
-_promote_cache: dict[tuple, np.dtype] = {}
+# per-op memos (every binary op promotes): plain dicts read without a lock, bounded
+_promote_cache = _caches.DictCache("dtypes.promote", 1024)  # (dtype, dtype) -> dtype
 
 
 def promote(a: np.dtype, b: np.dtype) -> np.dtype:
     """Promotion of two strongly typed dtypes."""
     try:
-        return _promote_cache[(a, b)]
+        return _promote_cache.data[(a, b)]
     except KeyError:
-        r = canonicalize(jnp.promote_types(a, b))
-        _promote_cache[(a, b)] = r
-        return r
+        return _promote_cache.put((a, b), canonicalize(jnp.promote_types(a, b)))
 
 
-_weak_cache: dict[tuple, np.dtype] = {}
+_weak_cache = _caches.DictCache("dtypes.promote_scalar", 1024)  # (dtype, scalar type) -> dtype
 _WEAK_EXAMPLE = {bool: True, int: 1, float: 1.0, complex: 1j}
 
 
 def promote_scalar(d: np.dtype, scalar_type: type) -> np.dtype:
     """Dtype of ``tensor(d) op python_scalar`` under JAX's weak-type rules."""
     try:
-        return _weak_cache[(d, scalar_type)]
+        return _weak_cache.data[(d, scalar_type)]
     except KeyError:
         r = canonicalize(jax_dtypes.result_type(d, _WEAK_EXAMPLE[scalar_type]))
-        _weak_cache[(d, scalar_type)] = r
-        return r
+        return _weak_cache.put((d, scalar_type), r)
 
 
 def scalar_dtype(v) -> np.dtype:

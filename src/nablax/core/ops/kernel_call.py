@@ -13,10 +13,9 @@ order) and the forward node's JVP come from JAX's derivative of their lowerings.
 
 from __future__ import annotations
 
-import threading
-
 import jax
 
+from ... import _caches
 from ...kernels import executor as _executor
 from ...kernels._call import CallSpec
 from ..build import bind
@@ -26,16 +25,9 @@ from ..tensor import Tensor, to_impl
 from ..transforms.custom import _traced
 from .creation import zeros_like
 
-_avals: dict = {}  # (spec, ...) -> traced output structure; bounded like the executor's memo
-_avals_lock = threading.Lock()
-_AVALS_MAX = 4096
-
-
-def _remember(key, value) -> None:
-    with _avals_lock:
-        if len(_avals) >= _AVALS_MAX:
-            _avals.clear()
-        _avals[key] = value
+# (spec, with_res, in_avals) / ("res", spec, in_avals) -> traced output structure; bounded like
+# the executor's memo
+_avals = _caches.Cache("ops.kernel_call_structures", 4096)
 
 
 def _flat_call(spec: CallSpec, with_res: bool):
@@ -61,7 +53,7 @@ def _structure(spec: CallSpec, with_res: bool, in_avals: tuple):
     leaves, treedef = jax.tree_util.tree_flatten(y_struct)
     flat = jax.eval_shape(_flat_call(spec, with_res), *structs)
     out = (tuple((tuple(o.shape), o.dtype) for o in flat), treedef, len(leaves))
-    _remember(key, out)
+    _avals.put(key, out)
     return out
 
 
@@ -114,7 +106,7 @@ def _res_treedef(spec: CallSpec, in_avals: tuple):
         structs = [jax.ShapeDtypeStruct(s, d) for s, d in in_avals]
         _, res = jax.eval_shape(spec.with_residuals, *structs)
         hit = jax.tree_util.tree_structure(res)
-        _remember(key, hit)
+        _avals.put(key, hit)
     return hit
 
 

@@ -7,16 +7,18 @@ from typing import Any
 
 from jax.export import is_symbolic_dim
 
+from ... import _caches
 from ...errors import ShapeError, op_error
 
-_bcast_cache: dict[tuple, tuple] = {}
+# (op, shapes) -> broadcast shape: read by every binary op on unequal shapes (a plain dict, bounded)
+_bcast_cache = _caches.DictCache("ops.broadcast_shapes", 4096)
 
 
 def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
     """NumPy broadcasting of ``shapes``; raises a ``ShapeError`` naming ``op`` and the shapes."""
     key = (op, shapes)
     try:
-        return _bcast_cache[key]
+        return _bcast_cache.data[key]
     except KeyError:
         pass
     ndim = max(len(s) for s in shapes)
@@ -37,10 +39,7 @@ def broadcast_shapes(op: str, *shapes: tuple) -> tuple:
                         )
                     size = d
         out.append(size)
-    r = tuple(out)
-    if len(_bcast_cache) < 4096:
-        _bcast_cache[key] = r
-    return r
+    return _bcast_cache.put(key, tuple(out))
 
 
 def _rank(ndim_or_shape: Any) -> int:

@@ -29,6 +29,7 @@ import math
 import jax.numpy as jnp
 from jax import lax
 
+from ... import _caches
 from .. import dtypes
 from ..build import bind
 from ..primitive import primitive
@@ -94,13 +95,14 @@ adam_p = primitive(
 )
 
 
-_FLOAT: dict = {}  # dtype -> is floating (checked for every parameter of every step)
+# dtype -> is floating (checked for every parameter of every step: a plain dict, bounded)
+_FLOAT = _caches.DictCache("ops.adam_float_dtypes", 64)
 
 
 def _is_float(dt) -> bool:
-    hit = _FLOAT.get(dt)
+    hit = _FLOAT.data.get(dt)
     if hit is None:
-        hit = _FLOAT[dt] = dtypes.is_floating(dt)
+        hit = _FLOAT.put(dt, dtypes.is_floating(dt))
     return hit
 
 
