@@ -84,8 +84,6 @@ ALLOWED: dict[str, str] = {
     "nablax.core.transforms.scalars:_DTYPE": CONST,
     "nablax.core.transforms.scalars:_ORDER": CONST,
     "nablax.core.transforms.sizes:_SYMBOLS": CONST,
-    "nablax.core.transforms.staging:SCALAR_ARGS": "process-wide transform state (weak keys): "
-    "TODO(issue 39): move into the per-thread context",
     # kernels
     "nablax.kernels._configs:_ABANDONED": "connections a forked child inherited: kept, never "
     "used or closed (closing would break the parent's)",

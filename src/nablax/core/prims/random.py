@@ -21,6 +21,7 @@ import numpy as np
 from ...errors import DTypeError, op_error
 from .. import dtypes
 from ..build import bind, impl_from_array
+from ..context import CTX
 from ..primitive import primitive
 from ..realize import tracing_guard
 from ..tensor import Tensor, to_impl
@@ -79,7 +80,9 @@ def key(seed: int) -> Tensor:
 
 
 class _Seed:
-    """The process-wide seed of the global random stream (see :func:`seed`)."""
+    """The process-wide seed of the global random stream (see :func:`seed`); each thread's
+    stream is ``CTX.random_key`` (of seed generation ``CTX.random_generation``, core/context.py).
+    """
 
     def __init__(self) -> None:
         self.seed = 0
@@ -89,15 +92,6 @@ class _Seed:
 
 
 _SEED = _Seed()
-
-
-class _ThreadKey(threading.local):
-    def __init__(self) -> None:
-        self.key: Tensor | None = None
-        self.generation = -1
-
-
-_thread = _ThreadKey()
 
 
 def seed(s: int) -> None:
@@ -118,18 +112,20 @@ def seed(s: int) -> None:
     True
     """
     s = int(s)
+    ctx = CTX
     with _SEED.lock:
         _SEED.seed = s
         _SEED.generation += 1
         _SEED.threads = 0
-        _thread.key = key(s)
-        _thread.generation = _SEED.generation
+        ctx.random_key = key(s)
+        ctx.random_generation = _SEED.generation
 
 
 def _thread_stream() -> Tensor:
     """This thread's key for the current seed generation (started on first use)."""
+    ctx = CTX
     with _SEED.lock:
-        if _thread.generation != _SEED.generation:
+        if ctx.random_generation != _SEED.generation:
             _SEED.threads += 1
             n = _SEED.threads
             if n == 1 and _SEED.generation == 0:
@@ -139,16 +135,16 @@ def _thread_stream() -> Tensor:
                     jax.random.fold_in(jax.random.key(_SEED.seed, impl="threefry2x32"), n)
                 )
                 base = Tensor._wrap(impl_from_array(data))
-            _thread.key = base
-            _thread.generation = _SEED.generation
-        assert _thread.key is not None  # set above for this seed generation
-        return _thread.key
+            ctx.random_key = base
+            ctx.random_generation = _SEED.generation
+        assert ctx.random_key is not None  # set above for this seed generation
+        return ctx.random_key
 
 
 def _next_key() -> Tensor:
     tracing_guard("nx.random (global key)")
     k, sub = split(_thread_stream())
-    _thread.key = k
+    CTX.random_key = k
     return sub
 
 

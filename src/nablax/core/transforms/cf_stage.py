@@ -20,7 +20,6 @@ so the body stays logical and the batched tensor is an ordinary batched input of
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -35,13 +34,6 @@ from ..tensor import Tensor
 from .subprogram import Body, Stage, common_batch
 
 _MAX_RESTAGE = 4
-
-
-class _Staging(threading.local):
-    depth = 0  # control-flow bodies being staged by this thread
-
-
-STAGING = _Staging()
 
 
 def fname(f) -> str:
@@ -147,7 +139,7 @@ def _batched_roots(refs, lo: int) -> list:
 def _stage_once(f, operands, make_args, what, prepare, avals, swapped):
     saved_depths = (CTX.vmap_depth, CTX.vjp_depth)
     CTX.vmap_depth = CTX.vjp_depth = 0  # the body is logical: no vmap encloses it
-    STAGING.depth += 1
+    CTX.cf_depth += 1  # control-flow bodies being staged by this thread
     try:
         with Stage() as st:
             avals = avals or [(t.shape, t.dtype) for t in operands]
@@ -171,7 +163,7 @@ def _stage_once(f, operands, make_args, what, prepare, avals, swapped):
             captured = list(st.captured)
     finally:
         CTX.vmap_depth, CTX.vjp_depth = saved_depths
-        STAGING.depth -= 1
+        CTX.cf_depth -= 1
     n_op = len(operands)
     refs = [t._impl.ref for t in operands] + list(swapped) + captured
     bshapes = [t._impl.batch_shape for t in operands]
@@ -200,7 +192,7 @@ def needs_residuals(refs) -> bool:
     """Whether a control-flow node on ``refs`` belongs to a differentiation trace that nablax's
     backward pass will walk (inside another control-flow body, JAX differentiates the whole
     lowering instead)."""
-    if STAGING.depth:
+    if CTX.cf_depth:
         return False
     return any(type(r) is Var and r[0].trace is not None for r in refs)
 

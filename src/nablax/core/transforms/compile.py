@@ -113,7 +113,6 @@ from .sizes import (
     symbols,
 )
 from .staging import (
-    SCALAR_ARGS,
     lower,
     make_placeholder,
     trace_graph,
@@ -435,8 +434,9 @@ class Compiled:
             [out_leaves[k]._impl for k in entry.out_slots], placeholders
         )
         # Python numbers reach the program weakly typed: made strong as the graph recorded them
+        scalar_args = CTX.scalar_args
         program = strong_arguments(
-            program, {k: n.params[1] for k, n in enumerate(placeholders) if n in SCALAR_ARGS}
+            program, {k: n.params[1] for k, n in enumerate(placeholders) if n in scalar_args}
         )
         cpu_threads.apply()  # see core/cpu_threads.py
         host_memory.apply()  # see core/host_memory.py

@@ -39,9 +39,10 @@ from ... import _config
 from ... import tree as _tree
 from ...errors import ConcretizationError, op_error
 from .. import dtypes
+from ..context import CTX
 from ..ops import elementwise as _ew
 from ..tensor import Tensor, to_impl
-from .staging import SCALAR_ARGS, _user_frame, make_placeholder
+from .staging import _user_frame, make_placeholder
 
 # The Python number types nx.compile traces, in JAX's weak-type order (a join takes the larger),
 # and the dtype each is traced in.
@@ -109,7 +110,7 @@ def scalar_placeholder(leaf, k: int, origin: ScalarArg) -> tuple:
     """``(node, TracedScalar)`` standing for the Python number ``leaf``, program argument ``k``."""
     dt = _DTYPE[type(leaf)]
     node, ph = make_placeholder(SimpleNamespace(shape=(), dtype=dt), k)
-    SCALAR_ARGS[node] = origin
+    CTX.scalar_args[node] = origin  # this thread's trace (core/context.py)
     return node, _traced(ph._impl, type(leaf), (origin,))
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import traceback
-import weakref
 from typing import Any
 
 import numpy as np
@@ -80,18 +79,17 @@ class _Tracing:
         CTX.tracing_depth -= 1
 
 
-# Placeholder node -> the Python number argument it stands for (a scalars.ScalarArg); such a
-# value needed by a program is a ConcretizationError naming static_argnums, not a graph break.
-SCALAR_ARGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _check_no_placeholder(nodes) -> None:
     """Called by realization while tracing: a placeholder in the program is a graph break (or,
     when the program needs only traced Python numbers, a concretization error naming them)."""
     needed = [n for n in nodes if n.prim is compile_input_p]
     if not needed:
         return
-    origins = [SCALAR_ARGS.get(n) for n in needed]
+    # CTX.scalar_args: placeholder node -> the Python number argument it stands for (a
+    # scalars.ScalarArg); such a value needed by a program is a ConcretizationError naming
+    # static_argnums, not a graph break
+    scalar_args = CTX.scalar_args
+    origins = [scalar_args.get(n) for n in needed]
     if all(o is not None for o in origins):
         first = origins[0]
         assert first is not None  # as all the others

@@ -58,6 +58,8 @@ class _LeafRegistry:
         return bool(self._ids)
 
 
+# Process-wide on purpose (core/context.py, "Process-wide state"): a requires_grad leaf is a
+# tensor, shared by every thread, and backward() in any thread fills its .grad
 LEAVES = _LeafRegistry()
 GRAD_ROOT = Trace(None)  # the trace of requires_grad leaves: alive while any such tensor lives
 GRAD_ROOT.keep_alive = LEAVES.alive
