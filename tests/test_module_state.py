@@ -71,12 +71,10 @@ ALLOWED: dict[str, str] = {
     "nablax.core.prims.elementwise:PRIMS": REGISTRY + ": element-wise primitives",
     "nablax.core.prims.elementwise:UNARY": REGISTRY + ": unary element-wise ops",
     "nablax.core.prims.elementwise:_fns": REGISTRY + ": element-wise builders",
-    "nablax.core.prims.elementwise:_jax_arccosh_slope_is_nan_below_minus_one": TODO
-    + " (functools.cache: one probe of jax's behaviour)",
     "nablax.core.prims.elementwise_build:KINDS": CONST,
-    "nablax.core.prims.elementwise_build:_INT_WRAP": TODO + " (by integer dtype)",
     "nablax.core.prims.elementwise_build:_SCALARS": CONST,
-    "nablax.core.prims.elementwise_build:_kind_cache": TODO,
+    "nablax.core.prims.elementwise_build:_SCALAR_RULES": REGISTRY + ": each binary op's scalar "
+    "cache (DictCaches, reported and cleared together as ops.scalar_rules)",
     "nablax.core.prims.linalg:LAX_PRECISION": CONST,
     "nablax.core.prims.random:_RULES": REGISTRY + ": random primitives' rules",
     "nablax.core.transforms.compile_info:LIVE": "weak registry of live nx.compile functions "

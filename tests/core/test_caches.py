@@ -208,17 +208,116 @@ def _memo_names(path: Path) -> list[str]:
     return found
 
 
-# Memos that stay plain dicts on purpose (see the issue-17 report): per-op hot paths keyed by a
-# finite set of dtypes/ops, where a locked Cache lookup would cost ~1 us on every tensor op.
-_HOT_PATH_MEMOS = {
-    "core/dtypes.py _promote_cache",
-    "core/dtypes.py _weak_cache",
-    "core/prims/elementwise_build.py _kind_cache",
-    "core/prims/_util.py _bcast_cache",
-}
-
-
-def test_no_other_module_level_memo_dicts():
+def test_no_module_level_memo_dicts():
+    # the per-op hot paths (dtype promotion, broadcast shapes, element-wise dtype rules) are
+    # _caches.DictCache objects: plain dicts read without a lock, yet bounded and registered
     found = [m for p in sorted(SRC.rglob("*.py")) for m in _memo_names(p)]
-    left = [m for m in found if f"{m.split(':')[0]} {m.split()[-1]}" not in _HOT_PATH_MEMOS]
-    assert not left, "use nablax._caches.Cache for these memos:\n" + "\n".join(left)
+    assert not found, (
+        "use nablax._caches.Cache (or DictCache on a per-op path) for these memos:\n"
+        + "\n".join(found)
+    )
+
+
+# ---- DictCache: the per-op memos -----------------------------------------------------------------
+
+
+def test_dict_cache_bound_is_first_in_first_out_and_clear_keeps_the_dict():
+    c = _caches.DictCache("test.dict", 3, register=False)
+    data = c.data
+    assert [c.put(k, k * 10) for k in range(5)] == [0, 10, 20, 30, 40]
+    assert data == {2: 20, 3: 30, 4: 40} and c.info().evictions == 2
+    c.put(3, 31)  # an update of a held key evicts nothing
+    assert data == {2: 20, 3: 31, 4: 40} and c.info() == _caches.CacheStats(
+        "test.dict", None, None, 3, 3, 2
+    )
+    assert c.get(4) == 40 and c.get(0, "gone") == "gone" and 2 in c and len(c) == 3
+    c.clear()
+    assert c.data is data and data == {} and c.info().evictions == 0  # readers keep their dict
+    with pytest.raises(ValueError, match="maxsize must be a positive int"):
+        _caches.DictCache("test.dict-bad", 0, register=False)
+
+
+def test_dict_cache_puts_from_threads_stay_within_the_bound():
+    c = _caches.DictCache("test.dict-threads", 50, register=False)
+
+    def work(seed):
+        for k in np.random.default_rng(seed).integers(0, 500, 3000):
+            c.put(int(k), int(k))
+            assert c.data.get(int(k), int(k)) == int(k)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(c) == 50 and all(k == v for k, v in c.data.items())
+
+
+def test_cache_on_evict_and_evict():
+    dropped = []
+    c = _caches.Cache("test.on-evict", 3, register=False, on_evict=lambda k, v: dropped.append(k))
+    for k in range(5):
+        c.put(k, k)
+    assert dropped == [0, 1]
+    assert c.evict(2) == 2 and dropped == [0, 1, 2, 3] and list(c.values()) == [4]
+    assert c.evict(10) == 1 and len(c) == 0 and c.info().evictions == 5
+    c.put("a", 1)
+    c.clear()  # clearing is not evicting
+    assert dropped == [0, 1, 2, 3, 4]
+
+
+def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
+    from nablax.core import dtypes
+    from nablax.core.prims import _util, elementwise, elementwise_build, fused
+
+    def use():
+        a = np.arange(6, dtype=np.int8).reshape(2, 3)
+        b = np.linspace(-1.0, 1.0, 3, dtype=np.float32)
+        got = {
+            "int_scalar": (nx.tensor(a) + 300).numpy(),  # weak int wraps into int8
+            "promote": (nx.tensor(a) * nx.tensor(b)).numpy(),  # int8 x float32, broadcast
+            "float_scalar": (nx.tensor(b) * 1.5 - 2).numpy(),
+            "arccosh_grad": nx.grad(lambda t: nx.arccosh(t).sum())(nx.tensor([2.0, 3.0])).numpy(),
+        }
+        opt = nx.optim.adam(0.1)
+        p = {"w": nx.tensor(b)}
+        updates, _ = opt.update({"w": nx.tensor(b)}, opt.init(p), p)
+        got["adam"] = updates["w"].numpy()
+        return got
+
+    def expected():
+        a = np.arange(6, dtype=np.int8).reshape(2, 3)
+        b = np.linspace(-1.0, 1.0, 3, dtype=np.float32)
+        return {
+            "int_scalar": (a.astype(np.int32) + 300).astype(np.int8),
+            "promote": a.astype(np.float32) * b,
+            "float_scalar": b * np.float32(1.5) - np.float32(2),
+            "arccosh_grad": 1 / np.sqrt(np.array([2.0, 3.0], np.float32) ** 2 - 1),
+            "adam": -0.1 * np.sign(b),  # first Adam step: lr * g / (|g| + eps)
+        }
+
+    memos = {
+        "dtypes.promote": dtypes._promote_cache,
+        "dtypes.promote_scalar": dtypes._weak_cache,
+        "ops.broadcast_shapes": _util._bcast_cache,
+        "ops.elementwise_dtypes": elementwise_build._kind_cache,
+        "ops.integer_ranges": elementwise_build._INT_WRAP,
+        "ops.adam_float_dtypes": fused._FLOAT,
+        "ops.jax_probes": elementwise._JAX_PROBES,
+    }
+    for _ in range(2):  # the second round runs on emptied memos: same values
+        nx.clear_caches()
+        for name, got in use().items():
+            want = expected()[name]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+            assert got.dtype == want.dtype, name
+        info = nx.cache_info()
+        for name, memo in memos.items():
+            assert len(memo) > 0 and info[name].size == len(memo), name
+        assert info["ops.scalar_rules"].size > 0
+    nx.clear_caches()
+    info = nx.cache_info()
+    for name, memo in memos.items():
+        assert len(memo) == 0 and info[name].size == 0, name
+    assert info["ops.scalar_rules"].size == 0
+    assert all(len(c) == 0 for c in elementwise_build._SCALAR_RULES)

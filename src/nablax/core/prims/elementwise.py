@@ -22,7 +22,6 @@ Derivative formulas are JAX's (lax.py), so that boundary points give JAX's inf/n
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 
@@ -31,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import _caches
 from ...errors import op_error
 from .. import dtypes
 from ..build import TensorImpl, bind
@@ -95,7 +95,18 @@ UNARY = {
 }
 
 
-@functools.cache
+# probes of the installed JAX's behaviour, made on first use (never at import: the backend may not
+# be up); a cleared probe is made again
+_JAX_PROBES = _caches.Cache("ops.jax_probes", 16)
+
+
+def _probe_arccosh_slope() -> bool:
+    one = np.float32(1.0)
+    with jax.ensure_compile_time_eval():
+        slope = jax.jvp(lax.acosh, (np.float32(-2.0),), (one,))[1]
+    return bool(np.isnan(np.asarray(slope)))
+
+
 def _jax_arccosh_slope_is_nan_below_minus_one() -> bool:
     """Whether the installed JAX's derivative of arccosh is NaN below -1 (where the value is).
 
@@ -104,10 +115,7 @@ def _jax_arccosh_slope_is_nan_below_minus_one() -> bool:
     below -1 and at -1). nablax gives the installed JAX's derivative; one eager evaluation,
     the first time an arccosh is differentiated (never at import: the backend may not be up).
     """
-    one = np.float32(1.0)
-    with jax.ensure_compile_time_eval():
-        slope = jax.jvp(lax.acosh, (np.float32(-2.0),), (one,))[1]
-    return bool(np.isnan(np.asarray(slope)))
+    return _JAX_PROBES.get_or_make("arccosh_slope_nan_below_minus_one", _probe_arccosh_slope)
 
 
 def _arccosh_slope(x):

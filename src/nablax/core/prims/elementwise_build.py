@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ... import _caches
 from ...errors import DTypeError, op_error
 from .. import dtypes
 from ..build import TensorImpl, bind_pair, bind_scalar, bind_unary
@@ -77,19 +78,18 @@ KINDS = {
 }
 
 
-_kind_cache: dict[tuple, tuple] = {}
+# (op, promoted dtype) -> (params, output dtype): read by every element-wise op (a plain dict)
+_kind_cache = _caches.DictCache("ops.elementwise_dtypes", 4096)
 
 
 def resolve(op: str, kind: str, d) -> tuple:
     """``((computation dtype,), output dtype)`` of ``op`` of dtype kind ``kind`` on promoted
     input dtype ``d`` (cached; raises the kind's dtype errors)."""
     try:
-        return _kind_cache[(op, d)]
+        return _kind_cache.data[(op, d)]
     except KeyError:
         r = KINDS[kind](op, d)
-        r = ((r[0],), r[1])  # params tuple, output dtype
-        _kind_cache[(op, d)] = r
-        return r
+        return _kind_cache.put((op, d), ((r[0],), r[1]))  # params tuple, output dtype
 
 
 def elementwise_aval(op: str, kind: str):
@@ -133,7 +133,7 @@ def _check_int(op: str, v: int, dtype) -> None:
             )
 
 
-_INT_WRAP: dict = {}  # integer dtype -> (min, max, 2**bits)
+_INT_WRAP = _caches.DictCache("ops.integer_ranges", 64)  # integer dtype -> (min, max, 2**bits)
 
 
 def weak_int(op: str, v: int, dtype) -> int:
@@ -146,10 +146,10 @@ def weak_int(op: str, v: int, dtype) -> int:
         if not -2147483648 <= v <= 2147483647:
             _check_int(op, v, dtype)
         return v
-    r = _INT_WRAP.get(dtype)
+    r = _INT_WRAP.data.get(dtype)
     if r is None:
         info = np.iinfo(dtype)
-        r = _INT_WRAP[dtype] = (int(info.min), int(info.max), 1 << info.bits)
+        r = _INT_WRAP.put(dtype, (int(info.min), int(info.max), 1 << info.bits))
     lo, hi, mod = r
     if lo <= v <= hi:
         return v
@@ -228,6 +228,29 @@ def make_unary(name: str, prim, kind: str) -> Callable[..., Tensor]:
     return f
 
 
+_SCALAR_RULES: list[_caches.DictCache] = []  # every binary op's scalar cache (make_binary)
+
+
+def _scalar_rules_info() -> _caches.CacheStats:
+    caches = list(_SCALAR_RULES)
+    return _caches.CacheStats(
+        "ops.scalar_rules",
+        None,
+        None,
+        sum(len(c) for c in caches),
+        sum(c.maxsize for c in caches),
+        sum(c.evictions for c in caches),
+    )
+
+
+def _clear_scalar_rules() -> None:
+    for c in list(_SCALAR_RULES):
+        c.clear()
+
+
+_caches.register("ops.scalar_rules", _scalar_rules_info, _clear_scalar_rules)
+
+
 def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
     """The builder ``f(x1, x2)`` of the binary element-wise primitive ``prim``.
 
@@ -235,8 +258,15 @@ def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
     eager code, so it is written out here with a per-op cache of dtype decisions and of the scalar
     ``Literal`` (a loop multiplies by the same 1.5 every step; literals are never mutated, so nodes
     share them). Only exact matches share: equal nonzero floats and ints have the same bits; zeros
-    (0.0 vs -0.0), NaNs and complex numbers (signed zero parts) always get a new literal."""
-    scalar_cache: dict = {}
+    (0.0 vs -0.0), NaNs and complex numbers (signed zero parts) always get a new literal.
+
+    The cache is this op's :class:`~nablax._caches.DictCache`: ``(dtype, scalar type) -> (params,
+    output dtype, {scalar: Literal} or None)``, at most 64 literals per entry; all ops' caches are
+    one entry of ``nx.cache_info()`` (``ops.scalar_rules``), and ``nx.clear_caches()`` empties
+    them in place (the closure keeps its dict)."""
+    cache = _caches.DictCache(f"ops.scalar_rules.{name}", 256, register=False)
+    _SCALAR_RULES.append(cache)
+    scalar_cache = cache.data
     # negative integer exponents are checked on the general path, and there an int exponent too
     # large for an int8 tensor is applied exactly, not wrapped
     check_neg = name == "power"
@@ -245,7 +275,7 @@ def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
         r = scalar_cache.get((d, st))
         if r is None:
             params, out_dt = resolve(name, kind, promote_scalar(d, st))
-            r = scalar_cache[(d, st)] = (params, out_dt, {} if st is not complex else None)
+            r = cache.put((d, st), (params, out_dt, {} if st is not complex else None))
         return r
 
     def f(x1, x2):
