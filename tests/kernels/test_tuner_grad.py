@@ -138,3 +138,42 @@ def test_attention_training_call_tunes_every_impl_on_forward_plus_backward(inter
     ref = lambda q: attn_mod.attention_reference(q, k, v, causal=True).sum()  # noqa: E731
     tol = 100 * (2.0**-10 if jax.default_backend() == "gpu" else float(jnp.finfo(q.dtype).eps))
     np.testing.assert_allclose(jax.grad(f)(q), jax.grad(ref)(q), rtol=tol, atol=tol)
+
+
+def _chain(tuner):
+    return ConfigSelectorChain(
+        ConfigCache(), AutotunePolicy(min_gain=0), tuner=tuner, persistent=False
+    )
+
+
+def test_one_executor_keeps_a_training_and_an_inference_choice_for_one_shape():
+    """The executor's memo of a call's config is keyed on whether the call is differentiated:
+    an inference call after a training call of the same shapes is tuned (and runs) on its own."""
+    k = SlowBackward("slow_backward_memo")
+    tuner = RecordingTuner(warmup=1, iters=3, progress=False)
+    ex = Executor(_chain(tuner))
+    x = _x()
+    jax.grad(lambda x: ex(k, x).sum())(x)
+    assert [r.objective for r in tuner.results] == ["forward+backward"]
+    ex(k, x)
+    ex(k, x)  # memoized now: no third tuning
+    assert [r.objective for r in tuner.results] == ["forward+backward", "forward"]
+
+
+def test_nablax_tensors_under_nx_grad_are_a_training_call():
+    """nx.grad of a kernel call on nablax Tensors is tuned on forward plus backward (core reports
+    that its tensors are differentiated), an eager call on the same shapes on the forward alone;
+    both gradients and values match JAX's."""
+    import nablax as nx
+
+    k = SlowBackward("slow_backward_tensors")
+    tuner = RecordingTuner(warmup=1, iters=3, progress=False)
+    ex = Executor(_chain(tuner))
+    x = _x()
+    g = nx.grad(lambda t: ex(k, t).sum())(nx.tensor(np.asarray(x)))
+    assert [r.objective for r in tuner.results] == ["forward+backward"]
+    want = jax.grad(lambda a: Executor(_chain(Tuner(progress=False)))(k, a, cfg=CHEAP_BWD).sum())
+    np.testing.assert_allclose(g.numpy(), want(x), rtol=1e-5, atol=1e-6)
+    y = ex(k, nx.tensor(np.asarray(x)))
+    assert [r.objective for r in tuner.results] == ["forward+backward", "forward"]
+    np.testing.assert_allclose(y.numpy(), _steps(x, CHEAP_FWD.fwd), rtol=1e-5, atol=1e-6)

@@ -56,6 +56,7 @@ import numpy as np
 from jax.core import Tracer
 
 from .. import _caches, _config
+from . import tuner as _tuner
 from ._call import CallSpec, stamp_mode
 from .invocation import Invocation, _is_array, array_desc
 from .kernel import Kernel
@@ -133,6 +134,13 @@ class Executor:
             args, kw = _prepared(kernel, args, kw)
         leaves, treedef = jax.tree_util.tree_flatten((args, kw))
         sig, kind = _signature(kernel, leaves, treedef)
+        if (
+            sig is not None
+            and getattr(kernel, "tune_grad", False)
+            and _tuner.differentiated(leaves)
+        ):
+            # a training call of a kernel tuned on forward plus backward: its own choice
+            sig = (*sig, "fwd+bwd")
         if stamp is not True:
             stamp_mode(stamp)  # a bad value is named before anything runs
             sig = None if sig is None else (*sig, "stamp", stamp)
@@ -382,11 +390,15 @@ _TENSOR_TYPES: tuple = ()
 _tensor_call: Any = None
 
 
-def register_tensor_type(cls: type, call: Any) -> None:
-    """Route calls with ``cls`` arguments to ``call(spec, leaves)`` (used by nablax core)."""
+def register_tensor_type(cls: type, call: Any, differentiated: Any = None) -> None:
+    """Route calls with ``cls`` arguments to ``call(spec, leaves)`` (used by nablax core);
+    ``differentiated(x)`` tells whether such an argument is being differentiated (so a kernel
+    tuned on forward plus backward makes its training choice, see tuner.wants_grad)."""
     global _TENSOR_TYPES, _tensor_call
     _TENSOR_TYPES = (*_TENSOR_TYPES, cls) if cls not in _TENSOR_TYPES else _TENSOR_TYPES
     _tensor_call = call
+    if differentiated is not None:
+        _tuner.set_tensor_differentiated(differentiated)
 
 
 def _static_key(leaves: list, spec: CallSpec) -> str:

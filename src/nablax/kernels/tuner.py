@@ -344,9 +344,31 @@ _AD_TRACERS = tuple(
 )
 
 
+# Set by the layer above (nablax core, through executor.register_tensor_type): whether a lazy
+# tensor argument is differentiated (inside nx.grad), as a JAX autodiff tracer is under jax.grad.
+_tensor_differentiated: Any = None
+
+
+def set_tensor_differentiated(pred: Any) -> None:
+    """Let :func:`wants_grad` see that a lazy tensor argument is being differentiated."""
+    global _tensor_differentiated
+    _tensor_differentiated = pred
+
+
+def differentiated(leaves: Any) -> bool:
+    """Whether any of ``leaves`` is being differentiated: a JAX autodiff tracer, or a lazy tensor
+    the layer above reports (:func:`set_tensor_differentiated`)."""
+    pred = _tensor_differentiated
+    for x in leaves:
+        if isinstance(x, _AD_TRACERS) or (pred is not None and pred(x)):
+            return True
+    return False
+
+
 def wants_grad(kernel: Any, inv: Invocation) -> bool:
     """Whether tuning ``inv`` times forward plus backward: the kernel opts in (``tune_grad =
-    True``) and an array of the call is a JAX autodiff tracer (called under ``jax.grad``).
+    True``) and an array of the call is a JAX autodiff tracer (called under ``jax.grad``) or a
+    nablax tensor differentiated by ``nx.grad``.
 
     >>> import jax, jax.numpy as jnp
     >>> from nablax.kernels import Invocation, library
@@ -363,8 +385,7 @@ def wants_grad(kernel: Any, inv: Invocation) -> bool:
     """
     if not getattr(kernel, "tune_grad", False):
         return False
-    leaves = jax.tree_util.tree_leaves((inv.args, inv.kwargs))
-    return any(isinstance(x, _AD_TRACERS) for x in leaves)
+    return differentiated(jax.tree_util.tree_leaves((inv.args, inv.kwargs)))
 
 
 def tuning_key(kernel: Any, inv: Invocation) -> str:

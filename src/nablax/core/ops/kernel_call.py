@@ -151,4 +151,12 @@ def call_on_tensors(spec: CallSpec, leaves: list):
     return jax.tree_util.tree_unflatten(y_def, [Tensor._wrap(i) for i in impls[:n_out]])
 
 
-_executor.register_tensor_type(Tensor, call_on_tensors)
+def _differentiated(x) -> bool:
+    """Whether ``x`` is a tensor inside a live differentiation (its node belongs to a trace)."""
+    if type(x) is not Tensor:
+        return False
+    src = x._impl.src
+    return src is not None and src[0].trace is not None
+
+
+_executor.register_tensor_type(Tensor, call_on_tensors, _differentiated)
