@@ -321,3 +321,35 @@ def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
         assert len(memo) == 0 and info[name].size == 0, name
     assert info["ops.scalar_rules"].size == 0
     assert all(len(c) == 0 for c in elementwise_build._SCALAR_RULES)
+
+
+# ---- the realization cache is a Cache --------------------------------------------------------------
+
+
+def test_realization_cache_is_a_bounded_cache_and_a_failed_compile_stores_nothing(monkeypatch):
+    from nablax.core import realize
+
+    nx.clear_caches()
+    assert isinstance(realize._S.cache, _caches.Cache)
+    real_compile = realize._compile
+    calls = []
+
+    def failing(key, consts):
+        calls.append(key)
+        raise RuntimeError("compile failed (test)")
+
+    monkeypatch.setattr(realize, "_compile", failing)
+    with pytest.raises(RuntimeError, match="compile failed"):
+        (nx.ones(3) * 2 + 1).numpy()
+    assert len(realize._S.cache) == 0  # no half-made entry for that structure
+    monkeypatch.setattr(realize, "_compile", real_compile)
+    # the same structure realizes normally (it used to find the empty entry: 'NoneType' call)
+    np.testing.assert_allclose((nx.ones(3) * 2 + 1).numpy(), [3.0, 3.0, 3.0])
+    assert nx.cache_info()["realize.executables"].size == 1
+
+    with nx.config.override(max_executables=2):
+        for n in range(2, 6):
+            (nx.ones(n) + 1).numpy()
+        stats = nx.cache_info()["realize.executables"]
+        assert (stats.size, stats.maxsize, stats.evictions) == (2, 2, 3)
+        assert nx.cache_info().evictions == 3

@@ -20,7 +20,6 @@ step while the backward pass runs. Reading a tensor of the rest waits for it as 
 
 from __future__ import annotations
 
-import collections
 import itertools
 import operator
 import threading
@@ -60,13 +59,17 @@ class CacheInfo:
 
 
 class _State:
+    """Process-wide (core/context.py, "Process-wide state"): the programs by graph structure (an
+    LRU :class:`~nablax._caches.Cache` bounded by the option ``max_executables``, registered below
+    with this module's own counters), the counters and the realization lock."""
+
     def __init__(self) -> None:
-        self.cache: collections.OrderedDict = collections.OrderedDict()
+        self.cache = _caches.Cache(
+            "realize.executables", lambda: _config.get("max_executables"), register=False
+        )
         self.compiles = 0
         self.hits = 0
         self.realizations = 0
-        self.evictions = 0
-        self.epoch = 0  # bumped on every realization that runs a program (graph-break detection)
         self.lock = threading.RLock()
 
 
@@ -84,21 +87,25 @@ def cache_info() -> CacheInfo:
     >>> (info.compiles, info.hits)
     (1, 2)
     """
-    return CacheInfo(_S.compiles, _S.hits, len(_S.cache), _S.realizations, _S.evictions)
+    return CacheInfo(_S.compiles, _S.hits, len(_S.cache), _S.realizations, _S.cache.evictions)
 
 
 def clear_cache() -> None:
     """Drop every cached executable and reset the counters."""
     with _S.lock:
-        _S.cache.clear()
-        _S.compiles = _S.hits = _S.realizations = _S.evictions = 0
+        _S.cache.clear()  # its eviction counter too
+        _S.compiles = _S.hits = _S.realizations = 0
 
 
 def _stats() -> _caches.CacheStats:
     """The realization cache in ``nx.cache_info()``'s terms (a miss is an XLA compilation)."""
-    limit = _config.get("max_executables")
     return _caches.CacheStats(
-        "realize.executables", _S.hits, _S.compiles, len(_S.cache), limit, _S.evictions
+        "realize.executables",
+        _S.hits,
+        _S.compiles,
+        len(_S.cache),
+        _S.cache.maxsize,
+        _S.cache.evictions,
     )
 
 
@@ -188,16 +195,16 @@ def _boundary(rest: dict, first: dict) -> list:
 
 def _run(seen: dict, boundary, only=None) -> None:
     node_pos, key, args, consts, out_impls = _structure(seen, boundary, only)
-    entry = _S.cache.get(key)
+    entry = _S.cache.get(key)  # marks it most recently used
     if entry is None:
         recompiles.note(key)
-        entry = _S.cache[key] = _Entry()
+        entry = _Entry()
         entry.baked_fn = _compile(key, consts)
         entry.baked_bytes = [c.tobytes() for c in consts]
+        _S.cache.put(key, entry)  # stored once made: a failed _compile leaves no empty entry
         _evict()
         fn = None
     else:
-        _S.cache.move_to_end(key)
         fn = entry.param_fn
         if fn is not None:
             _S.hits += 1
@@ -456,16 +463,11 @@ def _evict() -> None:
     memory mappings: each XLA executable holds tens to hundreds of mappings (its code), released
     when the jitted function is dropped, and a process past ``vm.max_map_count`` dies in LLVM
     ("Cannot allocate memory", then a segfault) after a few hundred programs."""
-    limit = _config.get("max_executables")
-    while len(_S.cache) > limit:
-        _S.cache.popitem(last=False)
-        _S.evictions += 1
+    # (the bound itself is kept by _S.cache.put)
     for _ in range(8):  # each round drops a quarter of the cache, oldest first
         if len(_S.cache) <= 4 or not host_limits.maps_pressure():
             break
-        for _ in range(len(_S.cache) // 4):
-            _S.cache.popitem(last=False)
-            _S.evictions += 1
+        _S.cache.evict(len(_S.cache) // 4)
 
 
 def _store(out_impls, results) -> None:
