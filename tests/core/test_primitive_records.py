@@ -106,3 +106,29 @@ def test_rule_factory_given_rule_wins_and_unknown_kind_raises():
             lambda params, x: x,
             rules=lambda prim: {"transpose": mine},
         )
+
+
+def test_every_record_is_registered_or_derived_through_the_store():
+    """``Primitive(...)`` is called only by ``primitive()`` (the registry) and by the ``_make_*``
+    factories that ``primitive.derived`` calls (the bounded store of derived records): no record
+    lives in a private dict that the registry-generated tests never see."""
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.name == "primitive.py" and path.parent.name == "core":
+            continue
+        tree = ast.parse(path.read_text())
+        makers = [
+            (n.lineno, n.end_lineno or n.lineno)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.FunctionDef) and n.name.startswith("_make_")
+        ]
+        for call in ast.walk(tree):
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name)
+                and call.func.id == "Primitive"
+            ):
+                continue
+            if not any(lo <= call.lineno <= hi for lo, hi in makers):
+                bad.append(f"{path.relative_to(SRC.parent)}:{call.lineno}")
+    assert not bad, "Primitive(...) outside primitive() and derived()'s factories: " + str(bad)
