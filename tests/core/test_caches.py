@@ -353,3 +353,26 @@ def test_realization_cache_is_a_bounded_cache_and_a_failed_compile_stores_nothin
         stats = nx.cache_info()["realize.executables"]
         assert (stats.size, stats.maxsize, stats.evictions) == (2, 2, 3)
         assert nx.cache_info().evictions == 3
+
+
+def test_compiled_function_cache_is_an_lru_cache_whose_evictions_leave_the_fast_path():
+    calls = []
+
+    @nx.compile(max_cache_size=2)
+    def f(t):
+        calls.append(t.shape)
+        return t * 2
+
+    def ones(n):  # realized arguments: calls take the fast path (signature -> entry)
+        return nx.tensor(np.ones(n, np.float32))
+
+    assert isinstance(f._cache, _caches.Cache) and f._cache.maxsize == 2
+    for n in (2, 3, 3, 4):  # 4 evicts 2, the least recently stored
+        np.testing.assert_allclose(f(ones(n)).numpy(), np.full(n, 2.0))
+    assert calls == [(2,), (3,), (4,)] and len(f._fast) == 2
+    # 2's fast-path entry went with it: traced again (not served by a stale fast entry)
+    np.testing.assert_allclose(f(ones(2)).numpy(), [2.0, 2.0])
+    assert calls == [(2,), (3,), (4,), (2,)]
+    info = f.cache_info()
+    assert (info.size, info.evictions, info.traces, info.hits) == (2, 2, 4, 1)
+    assert len(f._fast) == 2

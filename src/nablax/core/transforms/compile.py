@@ -64,7 +64,6 @@ and ``compile(vmap(grad(f)))`` trace the transformed function like any other.
 
 from __future__ import annotations
 
-import collections
 import functools
 import inspect
 import threading
@@ -75,7 +74,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ... import _config
+from ... import _caches, _config
 from ... import tree as _tree
 from ...errors import GraphBreakError
 from .. import cpu_threads, dtypes, host_memory
@@ -139,23 +138,28 @@ class Compiled:
         )
         self._static_at: dict = {}  # number of positional arguments -> static positions
         self._fullgraph = fullgraph
-        self._max = max_size
         self._dyn = check_dynamic_dims(dynamic_dims or {})
         self._per_size: set = set()  # symbolic signatures whose code turned out size-dependent
-        self._cache: collections.OrderedDict = collections.OrderedDict()
         self._fast: dict = {}  # all-tensor positional signatures -> entry (see __call__)
-        self._lock = threading.Lock()  # cache bookkeeping, for calls from several threads
-        self._hits = self._misses = self._traces = self._evictions = 0
+        fast = self._fast  # (the eviction hook holds the dict, not self: no reference cycle)
+        # signature -> Entry, LRU; reported and cleared through compile_info.LIVE
+        self._cache = _caches.Cache(
+            f"compile[{self.__qualname__}]",
+            max_size,
+            register=False,
+            on_evict=lambda _, old: fast.pop(old.fast_key, None),
+        )
+        self._lock = threading.Lock()  # clear_cache: the cache and its companions together
+        self._hits = self._misses = self._traces = 0
         self._watch = RetraceWatch(self.__qualname__, self._sig)
         LIVE.add(self)
 
     # ---- public -------------------------------------------------------------------------------
     def cache_info(self) -> CacheInfo:
-        with self._lock:  # nx.cache_info() may ask from another thread
-            entries = list(self._cache.values())
+        entries = self._cache.values()  # a snapshot (nx.cache_info() may ask from another thread)
         execs = sum(len(e.sizes) if e.sizes is not None else 1 for e in entries if not e.eager)
         return CacheInfo(
-            self._hits, self._misses, self._traces, execs, self._evictions, len(self._cache)
+            self._hits, self._misses, self._traces, execs, self._cache.evictions, len(entries)
         )
 
     def clear_cache(self) -> None:
@@ -163,11 +167,11 @@ class Compiled:
             self._clear_cache()
 
     def _clear_cache(self) -> None:
-        self._cache.clear()
+        self._cache.clear()  # its eviction counter too
         self._fast.clear()
         self._per_size.clear()
         self._watch.clear()
-        self._hits = self._misses = self._traces = self._evictions = 0
+        self._hits = self._misses = self._traces = 0
 
     def __get__(self, obj, objtype=None):  # methods: bind like a function
         return self if obj is None else functools.partial(self, obj)
@@ -227,7 +231,7 @@ class Compiled:
                 key = sym_key
             else:
                 dyn = None
-        entry = self._cache.get(key)
+        entry = self._cache.get(key)  # a hit becomes the most recently used
         if entry is None:
             self._misses += 1
             self._watch.note_key(
@@ -240,9 +244,6 @@ class Compiled:
                 entry = self._cache.get(key) or self._trace(args, kwargs, leaves, treedef, key)
         else:
             self._hits += 1
-            with self._lock:
-                if key in self._cache:
-                    self._cache.move_to_end(key)
         if fast and entry.fast_key is None and not entry.eager:
             sig = fast_signature(args)
             if sig is not None:  # later calls with this signature take the fast path
@@ -470,13 +471,7 @@ class Compiled:
         return call_args, call_kw
 
     def _store(self, key, entry) -> None:
-        with self._lock:
-            self._cache[key] = entry
-            while len(self._cache) > self._max:
-                _, old = self._cache.popitem(last=False)
-                if old.fast_key is not None:
-                    self._fast.pop(old.fast_key, None)
-                self._evictions += 1
+        self._cache.put(key, entry)  # evicting the least recently used over max_cache_size
 
 
 def _numpy_arg(a: np.ndarray):
