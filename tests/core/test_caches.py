@@ -376,3 +376,19 @@ def test_compiled_function_cache_is_an_lru_cache_whose_evictions_leave_the_fast_
     info = f.cache_info()
     assert (info.size, info.evictions, info.traces, info.hits) == (2, 2, 4, 1)
     assert len(f._fast) == 2
+
+
+def test_retrace_watch_remembers_a_bounded_lru_of_signatures():
+    from nablax.core.transforms.scalars import RetraceWatch
+
+    w = RetraceWatch("f")
+    assert isinstance(w.last, _caches.Cache)
+    for k in range(RetraceWatch._KEEP + 10):
+        w.note(("sig", k), (k,), lambda: ["x"])
+    assert len(w.last) == RetraceWatch._KEEP and w.count == 0
+    w.note(("sig", 0), (1,), lambda: ["x"])  # forgotten: a first trace again, not a retrace
+    assert w.count == 0
+    w.note(("sig", RetraceWatch._KEEP + 9), (-1,), lambda: ["x"])  # held: its value changed
+    assert w.count == 1 and w.changed == {"x": [RetraceWatch._KEEP + 9, -1]}
+    w.clear()
+    assert len(w.last) == 0 and w.count == 0

@@ -27,7 +27,6 @@ function trace again more than ``compile_retrace_warning`` times (a nablax optio
 
 from __future__ import annotations
 
-import collections
 import inspect
 import warnings
 from types import SimpleNamespace
@@ -35,7 +34,7 @@ from types import SimpleNamespace
 import jax
 import numpy as np
 
-from ... import _config
+from ... import _caches, _config
 from ... import tree as _tree
 from ...errors import ConcretizationError, op_error
 from .. import dtypes
@@ -375,7 +374,9 @@ class RetraceWatch:
 
     def __init__(self, fn: str, sig=None) -> None:
         self.fn, self.sig = fn, sig
-        self.last: collections.OrderedDict = collections.OrderedDict()
+        # signature -> the values of its last trace (LRU; cleared with the compiled function's
+        # cache, through compile_info.LIVE)
+        self.last = _caches.Cache(f"compile.retraces[{fn}]", self._KEEP, register=False)
         self.count = 0
         self.changed: dict = {}  # label -> a few of the values seen
         self.warned = False
@@ -415,10 +416,8 @@ class RetraceWatch:
     def note(self, signature, values: tuple, labels) -> None:
         """A trace of ``signature`` (the key without values) with these ``values``; ``labels()``
         names each value's argument (computed only when something changed)."""
-        prev = self.last.pop(signature, None)
-        self.last[signature] = values
-        if len(self.last) > self._KEEP:
-            self.last.popitem(last=False)
+        prev = self.last.peek(signature)
+        self.last.put(signature, values)  # the most recent, dropping the oldest over _KEEP
         if prev is None:
             return
         changed = [k for k, (p, v) in enumerate(zip(prev, values)) if not _same(p, v)]
