@@ -58,7 +58,9 @@ class SlowBackward(Kernel):
         return [CHEAP_FWD, CHEAP_BWD]
 
 
-CHEAP_FWD, CHEAP_BWD = Split(1, 400), Split(40, 1)
+# margins of about 100x (1 vs 200 and 2000 vs 1 steps of a 128x128 matmul, milliseconds apart):
+# robust to the few-ms preemptions of a loaded 2-core machine (40x, 1 ms apart, were not)
+CHEAP_FWD, CHEAP_BWD = Split(1, 2000), Split(200, 1)
 
 
 def _x():
@@ -81,7 +83,7 @@ class RecordingTuner(Tuner):
 def test_tune_times_forward_plus_backward_when_asked():
     k = SlowBackward("slow_backward")
     inv = Invocation(k.versioned_id, (_x(),), {})
-    tuner = Tuner(warmup=1, iters=3, progress=False)
+    tuner = Tuner(warmup=1, iters=5, progress=False)
     fwd = tuner.tune(k, inv, [CHEAP_FWD, CHEAP_BWD], min_gain=0, grad=False)
     both = tuner.tune(k, inv, [CHEAP_FWD, CHEAP_BWD], min_gain=0, grad=True)
     assert (fwd.best, fwd.objective) == (CHEAP_FWD, "forward")
@@ -91,7 +93,7 @@ def test_tune_times_forward_plus_backward_when_asked():
 
 def test_a_call_under_jax_grad_is_tuned_on_forward_plus_backward_under_its_own_key():
     k = SlowBackward("slow_backward_chain")
-    tuner = RecordingTuner(warmup=1, iters=3, progress=False)
+    tuner = RecordingTuner(warmup=1, iters=5, progress=False)
     chain = ConfigSelectorChain(
         ConfigCache(), AutotunePolicy(min_gain=0), tuner=tuner, persistent=False
     )
@@ -150,7 +152,7 @@ def test_one_executor_keeps_a_training_and_an_inference_choice_for_one_shape():
     """The executor's memo of a call's config is keyed on whether the call is differentiated:
     an inference call after a training call of the same shapes is tuned (and runs) on its own."""
     k = SlowBackward("slow_backward_memo")
-    tuner = RecordingTuner(warmup=1, iters=3, progress=False)
+    tuner = RecordingTuner(warmup=1, iters=5, progress=False)
     ex = Executor(_chain(tuner))
     x = _x()
     jax.grad(lambda x: ex(k, x).sum())(x)
@@ -167,7 +169,7 @@ def test_nablax_tensors_under_nx_grad_are_a_training_call():
     import nablax as nx
 
     k = SlowBackward("slow_backward_tensors")
-    tuner = RecordingTuner(warmup=1, iters=3, progress=False)
+    tuner = RecordingTuner(warmup=1, iters=5, progress=False)
     ex = Executor(_chain(tuner))
     x = _x()
     g = nx.grad(lambda t: ex(k, t).sum())(nx.tensor(np.asarray(x)))
