@@ -197,9 +197,9 @@ def cache_info() -> CacheReport:
 def clear_caches() -> None:
     """Drop every in-memory cache nablax keeps (every cache ``nx.cache_info()`` lists: compiled
     graph structures, recorded backward passes, the executables of every ``nx.compile``
-    function, every kernel executor's compiled calls and memory configs, the xcs
-    classifier's results) and reset their counters. The persistent kernel database is kept:
-    ``nablax cache clear`` empties it.
+    function, the per-op memos of dtype promotion and shapes, every kernel executor's compiled
+    calls and memory configs, the xcs classifier's results) and reset their counters. The
+    persistent kernel database is kept: ``nablax cache clear`` empties it.
 
     >>> import nablax as nx
     >>> nx.clear_caches()
