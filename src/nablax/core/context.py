@@ -18,7 +18,8 @@ thread's* state, in one object per thread (as JAX's trace state).
   residuals, JAX differentiates the enclosing node's whole lowering);
 - ``scalar_args``: ``nx.compile`` placeholder node -> the Python number argument it stands for
   (a ``scalars.ScalarArg``; weak keys): a program that needs such a value while tracing is a
-  ``ConcretizationError`` naming ``static_argnums``, not a graph break (transforms/compile/);
+  ``ConcretizationError`` naming ``static_argnums``, not a graph break (``nx.compile``'s
+  staging);
 - ``random_key``, ``random_generation``: this thread's stream of the global random key and the
   seed generation it belongs to (prims/random.py; the seed itself is process-wide, see below).
 
@@ -44,10 +45,11 @@ What stays shared by every thread, on purpose (each is named where it lives):
 - ``prims.random._SEED``: the seed and its generation. ``nx.random.seed(s)`` in one thread
   restarts every thread's stream (each from ``fold_in(key(s), n)``, see ``nx.random.seed``);
   the streams themselves are per thread (above).
+- ``primitive.REGISTRY`` and the other registries filled at import (one entry per definition).
 - ``transforms.plan._S`` (recorded backward passes), ``transforms.compile_info.LIVE`` (live
-  ``nx.compile`` functions), ``primitive.REGISTRY``/``DERIVED`` and every other registered cache
-  (``nablax._caches``): keyed by structure, so sharing them is what makes them pay; each is
-  bounded and emptied by ``nx.clear_caches()``.
+  ``nx.compile`` functions, each with its signature cache), ``primitive.DERIVED`` and every other
+  cache registered in ``nablax._caches``: keyed by structure, so sharing them is what makes them
+  pay; each is bounded and emptied by ``nx.clear_caches()``.
 - Options (``nablax._config``): process-wide values; ``nx.config.override`` scopes a value to
   one thread or task (contextvars), so per-thread overrides need no field here.
 - ``cpu_threads._changed``, ``host_memory._state``: what nablax changed in the process (thread
