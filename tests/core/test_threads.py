@@ -345,3 +345,29 @@ def test_interleaved_draws_of_two_threads_follow_their_own_streams():
         for row in got[tag]:
             k, sub = jax.random.split(k)
             np.testing.assert_allclose(row, np.asarray(jax.random.uniform(sub, (2,))), rtol=1e-6)
+
+
+def test_the_process_wide_state_named_in_the_context_docstring_exists():
+    """core/context.py names each piece of process-wide state (``module.name``, relative to
+    nablax.core): every name resolves, so the list follows the code when it moves."""
+    import importlib
+    import re
+
+    from nablax.core import context
+
+    section = context.__doc__.split("Process-wide state", 1)[1]
+    names = re.findall(r"``([A-Za-z_][\w]*(?:\.[\w]+)+)``", section)
+    names = [n for n in names if not n.startswith(("nx.", "nablax."))]
+    assert {"realize._S", "transforms.trace.LEAVES", "prims.random._SEED"} <= set(names)
+    for dotted in names:
+        parts = dotted.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            try:
+                obj = importlib.import_module("nablax.core." + ".".join(parts[:cut]))
+            except ModuleNotFoundError:
+                continue
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+            break
+        else:
+            raise AssertionError(f"core/context.py names {dotted!r}, which does not exist")
