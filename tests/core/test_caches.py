@@ -268,7 +268,8 @@ def test_cache_on_evict_and_evict():
 
 def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
     from nablax.core import dtypes
-    from nablax.core.prims import _util, elementwise, elementwise_build, fused
+    from nablax.core.prims import _util, elementwise, fused
+    from nablax.core.prims.elementwise import builders, dtype_rules
 
     def use():
         a = np.arange(6, dtype=np.int8).reshape(2, 3)
@@ -300,8 +301,8 @@ def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
         "dtypes.promote": dtypes._promote_cache,
         "dtypes.promote_scalar": dtypes._weak_cache,
         "ops.broadcast_shapes": _util._bcast_cache,
-        "ops.elementwise_dtypes": elementwise_build._kind_cache,
-        "ops.integer_ranges": elementwise_build._INT_WRAP,
+        "ops.elementwise_dtypes": dtype_rules._kind_cache,
+        "ops.integer_ranges": dtype_rules._INT_WRAP,
         "ops.adam_float_dtypes": fused._FLOAT,
         "ops.jax_probes": elementwise._JAX_PROBES,
     }
@@ -320,7 +321,7 @@ def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
     for name, memo in memos.items():
         assert len(memo) == 0 and info[name].size == 0, name
     assert info["ops.scalar_rules"].size == 0
-    assert all(len(c) == 0 for c in elementwise_build._SCALAR_RULES)
+    assert all(len(c) == 0 for c in builders._SCALAR_RULES)
 
 
 # ---- the realization cache is a Cache --------------------------------------------------------------

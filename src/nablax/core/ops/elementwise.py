@@ -23,6 +23,7 @@ from ...errors import DTypeError, op_error
 from .. import dtypes
 from ..dtypes import bool_
 from ..prims.elementwise import (  # noqa: F401 - the builders, re-exported
+    _operand,
     abs,
     add,
     arccos,
@@ -82,7 +83,6 @@ from ..prims.elementwise import (  # noqa: F401 - the builders, re-exported
     tanh,
     where,
 )
-from ..prims.elementwise_build import _operand
 from ..tensor import Tensor
 
 true_divide = divide

@@ -4,7 +4,7 @@ A row of :data:`UNARY` or :data:`BINARY` gives, for one primitive named as NumPy
 function:
 
 - its dtype kind (``arith``, ``float``, ``compare``, ...): the shape/dtype rule (NumPy broadcasting,
-  the kind's computation and output dtypes; core/prims/elementwise_build.py);
+  the kind's computation and output dtypes; dtype_rules.py);
 - its lowering: the ``jax.numpy``/``lax`` function, called on inputs cast to the computation dtype;
 - its derivative: the partial derivative(s) of the output, as nablax ops of the inputs and the
   output, from which the jvp and vjp rules are made (``None``: a zero derivative, as for ``sign``
@@ -12,10 +12,10 @@ function:
 - batching and sharding: the element-wise rules every row shares (broadcast the batch prefixes;
   outputs are laid out as their inputs).
 
-``select`` (``where``), ``convert_element_type`` (``astype``) and ``stop_gradient`` are written out
-as records below the tables. Each primitive has one builder (``exp``, ``add``, ...), which the
-NumPy-style functions of core/ops/elementwise.py re-export next to the composites (``exp2``,
-``trunc``, ...).
+``select`` (``where``), ``convert_element_type`` (``astype``) and ``stop_gradient`` are records of
+their own (select_cast.py), as is ``relu`` (relu.py). Each primitive has one builder (``exp``,
+``add``, ...; made by builders.py), which the NumPy-style functions of core/ops/elementwise.py
+re-export next to the composites (``exp2``, ``trunc``, ...).
 
 Derivative formulas are JAX's (lax.py), so that boundary points give JAX's inf/nan.
 """
@@ -30,28 +30,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import _caches
-from ...errors import op_error
-from .. import dtypes
-from ..build import TensorImpl, bind
-from ..dtypes import bool_, promote, promote_scalar
-from ..graph import Literal
-from ..primitive import primitive
-from ..tensor import Tensor
-from . import _shard
-from ._batch import batched_elementwise
-from ._rules import NONDIFFERENTIABLE, unbroadcast, vjp_prim
-from ._util import broadcast_shapes
-from .elementwise_build import (
-    _SCALARS,
-    _operand,
-    _unary,
-    cast_lower,
-    elementwise_aval,
-    make_binary,
-    make_unary,
-    weak_int,
-)
+from .... import _caches
+from ...dtypes import bool_
+from ...primitive import primitive
+from ...tensor import Tensor
+from .. import _shard
+from .._batch import batched_elementwise
+from .._rules import NONDIFFERENTIABLE, unbroadcast
+from .builders import _SCALARS, _operand, _unary, make_binary, make_unary
+from .dtype_rules import cast_lower, elementwise_aval
+from .dtype_rules import is_float_dtype as _is_float_dtype
+from .select_cast import astype, where
 
 _TWO_OVER_SQRT_PI = 2 / math.sqrt(math.pi)
 _LN2, _INV_LN10 = math.log(2), 1 / math.log(10)
@@ -204,10 +193,6 @@ BINARY = {
 # ---- derivative rules from the partials --------------------------------------------------------
 
 
-def _is_float_dtype(d) -> bool:
-    return dtypes.is_inexact(d)
-
-
 def _scale(t, partial):
     # partials of add/subtract are the literals 1.0 / -1.0: no multiply node for those
     if type(partial) is float:
@@ -297,129 +282,6 @@ for _name, (_kind, _bfn, _partials) in BINARY.items():
     _d = NONDIFFERENTIABLE if _partials is None else _binary_derivative(_partials)
     PRIMS[_name] = _record(_name, _kind, _bfn, _d)
 
-# ---- select, convert_element_type, stop_gradient -------------------------------------------------
-
-
-def _select_aval(params, c, x, y):
-    shape = broadcast_shapes("where", c[0], x[0], y[0])
-    return ((shape, params[0]),)
-
-
-def _select_lower(params, c, x, y):
-    dt = params[0]
-    return jnp.where(c.astype(bool), x.astype(dt), y.astype(dt))
-
-
-def _select_jvp(params, tangents, primals, outs):
-    _, tx, ty = tangents
-    if tx is None and ty is None:
-        return [None]
-    c = primals[0]
-    dt = outs[0].dtype
-    tx = astype(tx, dt) if tx is not None else 0.0
-    ty = astype(ty, dt) if ty is not None else 0.0
-    return [where(c, tx, ty).broadcast_to(outs[0].shape)]
-
-
-def _select_vjp(params, cts, primals, outs):
-    ct = cts[0]
-    c, x, y = primals
-    if ct is None:
-        return [None, None, None]
-    res = [None]
-    for v, first in ((x, True), (y, False)):
-        if type(v) is Tensor and _is_float_dtype(v.dtype):
-            branch = where(c, ct, 0.0) if first else where(c, 0.0, ct)
-            res.append(astype(unbroadcast(branch, v.shape), v.dtype))
-        else:
-            res.append(None)  # a scalar or integer branch has no cotangent: build nothing
-    return res
-
-
-select = primitive(
-    "select",
-    _select_aval,
-    _select_lower,
-    jvp=_select_jvp,
-    vjp=_select_vjp,
-    rules=batched_elementwise,
-    shard=_shard.elementwise,
-)
-
-
-def _convert_jvp(params, tangents, primals, outs):
-    t = tangents[0]
-    if t is None or not _is_float_dtype(params[0]) or not _is_float_dtype(primals[0].dtype):
-        return [None]
-    return [astype(t, params[0])]
-
-
-def _convert_vjp(params, cts, primals, outs):
-    ct, x = cts[0], primals[0]
-    if ct is None or not _is_float_dtype(x.dtype) or not _is_float_dtype(params[0]):
-        return [None]
-    return [astype(ct, x.dtype)]
-
-
-convert = primitive(
-    "convert_element_type",
-    lambda params, x: ((x[0], params[0]),),
-    lambda params, x: lax.convert_element_type(x, params[0]),
-    jvp=_convert_jvp,
-    vjp=_convert_vjp,
-    rules=batched_elementwise,
-    shard=_shard.elementwise,
-)
-
-_stop_gradient = primitive(
-    "stop_gradient",
-    lambda params, x: (x,),
-    lambda params, x: lax.stop_gradient(x),
-    **NONDIFFERENTIABLE,
-    rules=batched_elementwise,
-    shard=_shard.elementwise,
-)
-
-# ---- relu ---------------------------------------------------------------------------------------
-# One node instead of where(x > 0, x, 0), which built a mask the backward pass had to keep.
-
-
-def _relu_grad(y: Tensor, ct: Tensor) -> Tensor:
-    """``ct`` where ``x > 0``, else 0, read from the output ``y = relu(x)``: ``y > 0`` exactly where
-    ``x > 0`` (a NaN ``x`` gives a NaN ``y``, and both give 0, as jax.nn.relu's derivative), so the
-    backward pass reads the activation the next layer keeps anyway, as torch's does. One node: the
-    derived ``vjp[relu]`` (``jax.vjp`` of jax.nn.relu), evaluated at ``y``; it is linear in ``ct``
-    and flat in ``y``, so it is also the tangent map, and its own derivatives are JAX's."""
-    dp = vjp_prim(relu_p, (0,), (0,))
-    return Tensor._wrap(bind(dp, [y._impl, ct._impl], ((y.dtype,),))[0])
-
-
-def _relu_jvp(params, tangents, primals, outs):
-    t, y = tangents[0], outs[0]
-    if t is None or not _is_float_dtype(y.dtype):
-        return [None]
-    return [_relu_grad(y, astype(t, y.dtype))]
-
-
-def _relu_vjp(params, cts, primals, outs):
-    ct, y = cts[0], outs[0]
-    if ct is None or not _is_float_dtype(y.dtype):
-        return [None]
-    return [_relu_grad(y, astype(ct, y.dtype))]
-
-
-relu_p = primitive(
-    "relu",
-    elementwise_aval("relu", "real"),
-    cast_lower(jax.nn.relu),
-    jvp=_relu_jvp,
-    vjp=_relu_vjp,
-    rules=batched_elementwise,
-    shard=_shard.elementwise,
-    doc="max(x, 0) as jax.nn.relu: NaN stays NaN, the derivative at 0 is 0.",
-)
-
-
 # ---- builders --------------------------------------------------------------------------------
 
 _Builder = Callable[..., Tensor]
@@ -477,11 +339,6 @@ bitwise_or: _Builder = _fns["bitwise_or"]
 bitwise_xor: _Builder = _fns["bitwise_xor"]
 
 
-def relu(x) -> Tensor:
-    """``max(x, 0)`` of an int or float tensor, as ``jax.nn.relu`` (one node)."""
-    return _unary("relu", relu_p, "real", x)
-
-
 def round(x, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy name
     """Round half to even, as ``numpy.round``; ``decimals`` may be non-zero for float tensors."""
     prim = PRIMS["round"]
@@ -489,87 +346,6 @@ def round(x, decimals: int = 0) -> Tensor:  # noqa: A001 - NumPy name
         return _unary("round", prim, "real", x)
     scale = 10.0**decimals
     return _unary("round", prim, "real", x * scale) / scale
-
-
-def astype(x, dtype) -> Tensor:
-    """Cast to ``dtype`` (a no-op node is not created when the dtype already matches)."""
-    xi = x._impl if type(x) is Tensor else _operand(x, "astype")
-    dt = dtypes.canonicalize(dtype)
-    if dt == xi.dtype:
-        return x if type(x) is Tensor else Tensor._wrap(xi)
-    return Tensor._wrap(bind(convert, [xi], (dt,))[0])
-
-
-def where(condition, x=None, y=None) -> Tensor:
-    """Choose ``x`` where ``condition`` is true, else ``y`` (both broadcast; scalars weakly typed).
-
-    The one-argument form (indices of true elements) depends on data and is not supported; use
-    ``nx.argwhere``-style masks via boolean indexing instead.
-
-    >>> import nablax as nx
-    >>> nx.where(nx.arange(4) > 1, 1.0, 0.0).tolist()
-    [0.0, 0.0, 1.0, 1.0]
-    """
-    if x is None or y is None:
-        raise op_error(
-            TypeError, "where", "needs three arguments (condition, x, y)", "use x[mask] for indices"
-        )
-    ci = _operand(condition, "where")
-    tx, ty = type(x), type(y)
-    if (tx is not Tensor and hasattr(tx, "_weak_binary")) or (
-        ty is not Tensor and hasattr(ty, "_weak_binary")
-    ):  # a traced Python number (nx.compile argument)
-        x, y = _untrace_weak(x, y)
-    xs, ys = type(x) in _SCALARS, type(y) in _SCALARS
-    xi: TensorImpl | Literal
-    yi: TensorImpl | Literal
-    if xs and ys:  # two weakly typed scalars: no device array needed to find the dtype
-        dt = promote(dtypes.scalar_dtype(x), dtypes.scalar_dtype(y))
-        yi = Literal(_weak(y, dt), dt)
-        xi = Literal(_weak(x, dt), dt)
-    elif xs:
-        yi = _operand(y, "where")
-        dt = promote_scalar(yi.dtype, type(x))
-        xi = Literal(_weak(x, dt), dt)
-    elif ys:
-        xi = _operand(x, "where")
-        dt = promote_scalar(xi.dtype, type(y))
-        yi = Literal(_weak(y, dt), dt)
-    else:
-        xi, yi = _operand(x, "where"), _operand(y, "where")
-        dt = promote(xi.dtype, yi.dtype)
-    return Tensor._wrap(bind(select, [ci, xi, yi], (dt,))[0])
-
-
-def _untrace_weak(x, y):
-    """``where``'s branches when one is a traced Python number (an ``nx.compile`` argument, weakly
-    typed): cast to the dtype a Python number would take there, as ``jnp.where`` under
-    ``jax.jit`` does (``where(c, int8_x, k)`` stays int8 for a traced ``k``, as for ``k = 300``)."""
-    kinds = [v._kind if hasattr(type(v), "_weak_binary") else type(v) for v in (x, y)]
-    weak = [k in _SCALARS for k in kinds]
-    if all(weak):
-        dt = promote(dtypes.scalar_dtype(kinds[0](0)), dtypes.scalar_dtype(kinds[1](0)))
-    else:
-        strong = y if weak[0] else x
-        si = strong._impl if isinstance(strong, Tensor) else _operand(strong, "where")
-        dt = promote_scalar(si.dtype, kinds[0] if weak[0] else kinds[1])
-    return tuple(
-        Tensor._wrap(v._impl).astype(dt) if hasattr(type(v), "_weak_binary") else v for v in (x, y)
-    )
-
-
-def _weak(v, dt):
-    """A Python scalar operand of ``where`` as its value in ``dt`` (an int wraps as JAX wraps it)."""
-    return weak_int("where", v, dt) if type(v) is int else v
-
-
-def stop_gradient(x) -> Tensor:
-    """Identity whose gradient is zero (see ``nx.grad``)."""
-    xi = x._impl if type(x) is Tensor else _operand(x, "stop_gradient")
-    out = bind(_stop_gradient, [xi])[0]
-    assert out.src is not None  # a new node's output
-    out.src[0].trace = None  # constant for every transform: never walked, freed like eager code
-    return Tensor._wrap(out)
 
 
 # Composites that other primitive families' rules use (the rest: core/ops/elementwise.py)
