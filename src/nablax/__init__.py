@@ -158,9 +158,16 @@ from .core.realize import CacheInfo
 from .core.realize_api import realize
 from .core.sharding import DeviceMesh, DimSpec, ShardingSpec, devices
 from .core.tensor import Tensor
-from .core.transforms.checkpoint import checkpoint, remat
 from .core.transforms.compile import compile  # noqa: A004 - the public name is nx.compile
-from .core.transforms.control_flow import cond, fori_loop, scan, switch, while_loop
+from .core.transforms.control_flow import (
+    checkpoint,
+    cond,
+    fori_loop,
+    remat,
+    scan,
+    switch,
+    while_loop,
+)
 from .core.transforms.custom import custom_vjp
 from .core.transforms.jacobian import hessian, jacfwd, jacrev
 from .core.transforms.jvp import jvp

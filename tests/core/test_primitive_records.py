@@ -69,20 +69,20 @@ def test_array_primitives_live_in_prims():
         n: p.module for n, p in REGISTRY.items() if not p.module.startswith("nablax.core.prims.")
     }
     assert outside == {
-        "cf_pullback": "nablax.core.transforms.cf_residuals",
-        "checkpoint": "nablax.core.transforms.control_flow",
+        "cf_pullback": "nablax.core.transforms.control_flow.residuals",
+        "checkpoint": "nablax.core.transforms.control_flow.primitives",
         "compile_input": "nablax.core.transforms.staging",
-        "cond": "nablax.core.transforms.control_flow",
+        "cond": "nablax.core.transforms.control_flow.primitives",
         "custom_vjp_call": "nablax.core.transforms.custom",
         "decr_batch_dims": "nablax.core.transforms.vmap",
         "dimension_value": "nablax.core.build",
         "incr_batch_dims": "nablax.core.transforms.vmap",
         "kernel_call": "nablax.core.ops.kernel_call",
-        "scan": "nablax.core.transforms.control_flow",
+        "scan": "nablax.core.transforms.control_flow.primitives",
         "shard_map_call": "nablax.core.transforms.shard_map",
         "sharding_constraint": "nablax.core.sharding",
         "trace_input": "nablax.core.transforms.trace",
-        "while_loop": "nablax.core.transforms.control_flow",
+        "while_loop": "nablax.core.transforms.control_flow.primitives",
     }
 
 

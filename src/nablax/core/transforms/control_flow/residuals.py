@@ -25,12 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import _caches
-from ...errors import NablaxError
-from ..ops.creation import zeros_like
-from ..primitive import primitive
-from ..prims._rules import cast_like, derived_from_jax, is_float_tensor
-from .cf_stage import add_node
+from .... import _caches
+from ....errors import NablaxError
+from ...ops.creation import zeros_like
+from ...primitive import primitive
+from ...prims._rules import cast_like, derived_from_jax, is_float_tensor
+from .stage import add_node
 
 # (primitive, parameters, input avals, differentiated inputs) -> Residuals
 _cache = _caches.Cache("control_flow.residuals", 256)

@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from ... import tree as _tree
-from ...errors import ConcretizationError, GraphBreakError
-from ..build import bind_known
-from ..context import CTX
-from ..graph import Literal, Var, _next_seq
-from ..tensor import Tensor
-from .subprogram import Body, Stage, common_batch
+from .... import tree as _tree
+from ....errors import ConcretizationError, GraphBreakError
+from ...build import bind_known
+from ...context import CTX
+from ...graph import Literal, Var, _next_seq
+from ...tensor import Tensor
+from ..subprogram import Body, Stage, common_batch
 
 _MAX_RESTAGE = 4
 

@@ -2,7 +2,7 @@
 pass instead of storing them, as ``jax.checkpoint``.
 
 A call of the wrapped function is ONE graph node whose body is the function's sub-graph (staged
-like a control-flow body, core/transforms/cf_stage.py); it lowers to ``jax.checkpoint`` of that
+like a control-flow body, stage.py); it lowers to ``jax.checkpoint`` of that
 body, so the backward pass keeps only the node's inputs and recomputes the rest, behind XLA
 optimization barriers that stop the recomputation from being merged with the forward pass.
 Values and gradients are the function's own.
@@ -22,10 +22,10 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from ... import tree as _tree
-from ..tensor import Tensor
-from .cf_stage import add_node, fname, stage
-from .control_flow import checkpoint_p
+from .... import tree as _tree
+from ...tensor import Tensor
+from .primitives import checkpoint_p
+from .stage import add_node, fname, stage
 
 
 def checkpoint(f: Callable, *, prevent_cse: bool = True) -> Callable:
