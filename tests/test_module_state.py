@@ -77,10 +77,10 @@ ALLOWED: dict[str, str] = {
     "cache (DictCaches, reported and cleared together as ops.scalar_rules)",
     "nablax.core.prims.linalg:LAX_PRECISION": CONST,
     "nablax.core.prims.random:_RULES": REGISTRY + ": random primitives' rules",
-    "nablax.core.transforms.compile_info:LIVE": "weak registry of live nx.compile functions "
+    "nablax.core.transforms.compile.info:LIVE": "weak registry of live nx.compile functions "
     "(nx.cache_info / nx.clear_caches reach their caches through it)",
-    "nablax.core.transforms.scalars:_DTYPE": CONST,
-    "nablax.core.transforms.scalars:_ORDER": CONST,
+    "nablax.core.transforms.compile.scalars:_DTYPE": CONST,
+    "nablax.core.transforms.compile.scalars:_ORDER": CONST,
     "nablax.core.transforms.sizes:_SYMBOLS": CONST,
     # kernels
     "nablax.kernels._configs:_ABANDONED": "connections a forked child inherited: kept, never "

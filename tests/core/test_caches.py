@@ -380,7 +380,7 @@ def test_compiled_function_cache_is_an_lru_cache_whose_evictions_leave_the_fast_
 
 
 def test_retrace_watch_remembers_a_bounded_lru_of_signatures():
-    from nablax.core.transforms.scalars import RetraceWatch
+    from nablax.core.transforms.compile.scalars import RetraceWatch
 
     w = RetraceWatch("f")
     assert isinstance(w.last, _caches.Cache)

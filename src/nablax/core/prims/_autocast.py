@@ -3,7 +3,7 @@
 The state is ``CTX.autocast`` (core/context.py): this thread's autocast compute dtype, or None.
 It is read when an op is *built*, so the graph records the casts (or, for ``einsum``, the compute
 dtype in the node's params): realization caches, backward plans and vmap see ordinary graphs, and
-``nx.compile`` keys its traces on the state (core/transforms/compile.py). Derivative rules run
+``nx.compile`` keys its traces on the state (core/transforms/compile/compiled.py). Derivative rules run
 with the state cleared (core/transforms/vjp.py, jvp.py), so a backward pass computes in the dtypes
 its forward pass used, as PyTorch's, and gradients reach float32 parameters as float32 through the
 casts' own derivative.

@@ -55,7 +55,7 @@ compile_input_p = primitive(
     batch=_placeholder_batch,
     shard=_placeholder_shard,
     differentiable=False,
-    doc="An argument of a function being traced by nx.compile (see transforms/compile.py).",
+    doc="An argument of a function being traced by nx.compile (see transforms/compile/compiled.py).",
 )
 
 

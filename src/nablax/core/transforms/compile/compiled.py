@@ -74,33 +74,15 @@ from typing import Any
 import jax
 import numpy as np
 
-from ... import _caches, _config
-from ... import tree as _tree
-from ...errors import GraphBreakError
-from .. import cpu_threads, dtypes, host_memory
-from ..context import CTX
-from ..host import host_array
-from ..realize import realize_impls
-from ..tensor import Tensor
-from .compile_checks import (
-    callable_name,
-    check_static_argnums,
-    check_static_positions,
-    eager_fallback_message,
-)
-from .compile_entry import PY_NUMBERS, Entry, fast_signature
-from .compile_info import LIVE, CacheInfo
-from .scalars import (
-    RetraceWatch,
-    ScalarArg,
-    is_traced_number,
-    leaf_label,
-    scalar_key,
-    scalar_placeholder,
-    static_both_ways,
-    strong_arguments,
-)
-from .sizes import (
+from .... import _caches, _config
+from .... import tree as _tree
+from ....errors import GraphBreakError
+from ... import cpu_threads, dtypes, host_memory
+from ...context import CTX
+from ...host import host_array
+from ...realize import realize_impls
+from ...tensor import Tensor
+from ..sizes import (
     SYMBOLIC_ERRORS,
     Guard,
     SizedCall,
@@ -111,10 +93,28 @@ from .sizes import (
     plain_tree,
     symbols,
 )
-from .staging import (
+from ..staging import (
     lower,
     make_placeholder,
     trace_graph,
+)
+from .checks import (
+    callable_name,
+    check_static_argnums,
+    check_static_positions,
+    eager_fallback_message,
+)
+from .entry import PY_NUMBERS, Entry, fast_signature
+from .info import LIVE, CacheInfo
+from .scalars import (
+    RetraceWatch,
+    ScalarArg,
+    is_traced_number,
+    leaf_label,
+    scalar_key,
+    scalar_placeholder,
+    static_both_ways,
+    strong_arguments,
 )
 
 
@@ -142,7 +142,7 @@ class Compiled:
         self._per_size: set = set()  # symbolic signatures whose code turned out size-dependent
         self._fast: dict = {}  # all-tensor positional signatures -> entry (see __call__)
         fast = self._fast  # (the eviction hook holds the dict, not self: no reference cycle)
-        # signature -> Entry, LRU; reported and cleared through compile_info.LIVE
+        # signature -> Entry, LRU; reported and cleared through info.LIVE
         self._cache = _caches.Cache(
             f"compile[{self.__qualname__}]",
             max_size,

@@ -1,7 +1,7 @@
 """One stored signature of ``nx.compile``: :class:`Entry` (the program, the arrays it captured,
 how to rebuild the output pytree) and :func:`fast_signature`, the key under which a call whose
 arguments are all realized tensors and Python numbers finds its entry without the general path
-(flattening, static arguments, dynamic sizes) of ``Compiled.__call__`` (compile.py)."""
+(flattening, static arguments, dynamic sizes) of ``Compiled.__call__`` (compiled.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ... import tree as _tree
-from ..build import TensorImpl
-from ..tensor import Tensor
-from .sizes import evaluate
+from .... import tree as _tree
+from ...build import TensorImpl
+from ...tensor import Tensor
+from ..sizes import evaluate
 
 PY_NUMBERS = (int, float, bool, complex)
 

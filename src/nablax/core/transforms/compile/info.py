@@ -7,7 +7,7 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from ... import _caches
+from .... import _caches
 
 
 @dataclass(frozen=True)

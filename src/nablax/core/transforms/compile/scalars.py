@@ -34,14 +34,14 @@ from types import SimpleNamespace
 import jax
 import numpy as np
 
-from ... import _caches, _config
-from ... import tree as _tree
-from ...errors import ConcretizationError, op_error
-from .. import dtypes
-from ..context import CTX
-from ..ops import elementwise as _ew
-from ..tensor import Tensor, to_impl
-from .staging import _user_frame, make_placeholder
+from .... import _caches, _config
+from .... import tree as _tree
+from ....errors import ConcretizationError, op_error
+from ... import dtypes
+from ...context import CTX
+from ...ops import elementwise as _ew
+from ...tensor import Tensor, to_impl
+from ..staging import _user_frame, make_placeholder
 
 # The Python number types nx.compile traces, in JAX's weak-type order (a join takes the larger),
 # and the dtype each is traced in.
@@ -375,7 +375,7 @@ class RetraceWatch:
     def __init__(self, fn: str, sig=None) -> None:
         self.fn, self.sig = fn, sig
         # signature -> the values of its last trace (LRU; cleared with the compiled function's
-        # cache, through compile_info.LIVE)
+        # cache, through info.LIVE)
         self.last = _caches.Cache(f"compile.retraces[{fn}]", self._KEEP, register=False)
         self.count = 0
         self.changed: dict = {}  # label -> a few of the values seen

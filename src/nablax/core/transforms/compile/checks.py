@@ -1,4 +1,4 @@
-"""Argument checks and messages of ``nx.compile`` (compile.py): names for any callable, static
+"""Argument checks and messages of ``nx.compile`` (compiled.py): names for any callable, static
 argument numbers checked against the signature as ``jax.jit`` does, and the graph-break warning
 that names the fix that applies."""
 
