@@ -3,7 +3,9 @@
 
 The graph is built from the source with ``ast``, never by importing: every ``import``/``from ...
 import`` statement counts, at module level or inside a function (a function-level import is still
-a dependency, it only runs later), except those under ``if TYPE_CHECKING:``. Relative imports are
+a dependency, it only runs later), and those under ``if TYPE_CHECKING:`` too (an annotation that
+needs a module above is a layering fault a type checker hides; late bindings go through
+core/hooks.py instead). Relative imports are
 resolved against the importing module, and ``from . import x`` of a submodule ``x`` is an edge to
 that submodule. Edges *to* a package's ``__init__`` are left out, as in
 ``shared/tools/import_cycles.py`` (the check review uses): importing ``a.b.c`` always runs ``a``'s
@@ -34,6 +36,7 @@ LAYERS = [
             "nablax.core.primitive",
             "nablax.core.dtypes",
             "nablax.core.host",
+            "nablax.core.mesh",  # the layout types Tensor's annotations need
         ),
     ),
     (
@@ -65,14 +68,6 @@ def find_modules(src: Path, package: str) -> dict[str, Path]:
             parts = parts[:-1]
         out[".".join(parts)] = path
     return out
-
-
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip.update(id(n) for n in ast.walk(node))
-    return skip
 
 
 def _known(name: str, mods: dict) -> str | None:
@@ -107,9 +102,8 @@ def import_graph(src: Path, package: str) -> tuple[dict, dict]:
     graph: dict = {m: collections.defaultdict(list) for m in mods}
     for m, path in mods.items():
         tree = ast.parse(path.read_text(), str(path))
-        skip = _type_checking_nodes(tree)
-        for node in ast.walk(tree):
-            if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
+        for node in ast.walk(tree):  # TYPE_CHECKING imports included
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             where = f"{path.relative_to(src.parent)}:{node.lineno}"
             for t in _targets(node, m, m in packages, mods):
@@ -237,9 +231,10 @@ def test_no_import_cycles():
     graph, packages = import_graph(SRC, "nablax")
     cycles = find_cycles(module_edges(graph, packages))
     assert not cycles, (
-        f"{len(cycles)} import cycle(s) among src/nablax modules (function-level imports count; "
-        f"move shared code to a lower module, let the higher layer register itself, or pass a "
-        f"callable):\n" + "\n".join(describe_cycle(c, graph) for c in cycles)
+        f"{len(cycles)} import cycle(s) among src/nablax modules (function-level and "
+        f"TYPE_CHECKING imports count; move shared code to a lower module, let the higher layer "
+        f"bind itself through core/hooks.py, or pass a callable):\n"
+        + "\n".join(describe_cycle(c, graph) for c in cycles)
     )
 
 
@@ -260,6 +255,7 @@ def test_the_graph_sees_every_kind_of_import():
     assert "nablax.core.prims._rules" in edges["nablax.core.sharding"]  # from .prims import _rules
     assert "nablax.core.tensor" in edges["nablax.xcs.transforms"]  # absolute, in a function
     assert "nablax.core.ops" not in edges["nablax.core.sharding"]  # the package: left out
+    assert "nablax.xcs.classify.source" in edges["nablax.xcs.classify.effects"]  # TYPE_CHECKING
 
 
 # ---- the checker itself, on a small package with known cycles -----------------------------------
@@ -281,7 +277,7 @@ def test_checker_reports_each_cycle_with_its_import_lines(tmp_path):
             "pkg/b.py": "def f():\n    from . import a\n    from .sub import c\n",
             "pkg/sub/__init__.py": "",
             "pkg/sub/c.py": "from typing import TYPE_CHECKING\n"
-            "if TYPE_CHECKING:\n    from ..a import f\n"
+            "if TYPE_CHECKING:\n    from . import d\n"
             "import pkg.sub.d\n",
             "pkg/sub/d.py": "def g():\n    from ..b import f\n    from .. import a as _a\n",
         },
@@ -294,7 +290,7 @@ def test_checker_reports_each_cycle_with_its_import_lines(tmp_path):
         "pkg.a": {"pkg.b"},
         "pkg.b": {"pkg.a", "pkg.sub.c"},
         "pkg.sub": set(),
-        "pkg.sub.c": {"pkg.sub.d"},  # the TYPE_CHECKING import is not an edge
+        "pkg.sub.c": {"pkg.sub.d"},  # the TYPE_CHECKING import and the absolute one
         "pkg.sub.d": {"pkg.a", "pkg.b"},
     }
     cycles = find_cycles(edges)
@@ -309,6 +305,23 @@ def test_checker_reports_each_cycle_with_its_import_lines(tmp_path):
         f"    pkg.a -> pkg.b: {Path(tmp_path.name, 'pkg', 'a.py')}:1",
         f"    pkg.b -> pkg.a: {Path(tmp_path.name, 'pkg', 'b.py')}:2",
     ]
+
+
+def test_checker_counts_type_checking_imports(tmp_path):
+    """An import under ``if TYPE_CHECKING:`` is an edge: it closes a cycle as any other does."""
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/low.py": "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from .high import H\n",
+            "pkg/high.py": "from .low import L\n",
+        },
+    )
+    graph, packages = import_graph(tmp_path, "pkg")
+    edges = module_edges(graph, packages)
+    assert edges["pkg.low"] == {"pkg.high"} and edges["pkg.high"] == {"pkg.low"}
+    assert find_cycles(edges) == [["pkg.high", "pkg.low", "pkg.high"]]
 
 
 def test_checker_finds_no_cycle_in_a_layered_package(tmp_path):

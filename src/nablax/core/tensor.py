@@ -6,16 +6,15 @@ from ``x`` earlier keep the old one.
 
 The methods are thin delegations to the op families (core/ops/*.py) and the autodiff transform
 (core/transforms/vjp.py). Those sit above this module and import it, so this module reaches them
-through module references that ``nablax/core/ops/__init__.py`` binds once at import
-(:func:`bind_method_modules`); a type checker sees them through the ``TYPE_CHECKING`` imports
-below. Also here: :func:`to_impl` (anything array-like as an impl); ``nx.realize`` is in
-core/realize_api.py.
+through module references that core/hooks.py binds once, when ``nablax.core.ops`` is imported
+(no import of a module above this one, not even under ``TYPE_CHECKING``). Also here:
+:func:`to_impl` (anything array-like as an impl); ``nx.realize`` is in core/realize_api.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 import numpy as np
@@ -24,22 +23,20 @@ from ..errors import ConcretizationError
 from . import dtypes
 from .build import TensorImpl, impl_from_array, value_impl
 from .context import CTX
+from .mesh import DeviceMesh
 from .realize import realize_impls
 
-if TYPE_CHECKING:  # the modules the methods delegate to (they import this one)
-    from . import sharding as _sharding
-    from .ops import elementwise as _elementwise
-    from .ops import index as _index
-    from .ops import linalg as _linalg
-    from .ops import masks as _masks
-    from .ops import nn as _nn
-    from .ops import reduce as _reduce
-    from .ops import shape as _shape
-    from .sharding import DeviceMesh
-    from .transforms import vjp as _autodiff
-else:  # bound by bind_method_modules() when nablax.core.ops is imported
-    _elementwise = _index = _linalg = _nn = _reduce = _shape = _sharding = _autodiff = None
-    _masks = None
+# The modules the methods delegate to: they are built on Tensor and import this module, so
+# core/hooks.py binds them when nablax.core.ops is imported (late binding 1 there).
+_elementwise: Any = None
+_index: Any = None
+_linalg: Any = None
+_masks: Any = None
+_nn: Any = None
+_reduce: Any = None
+_shape: Any = None
+_sharding: Any = None
+_autodiff: Any = None
 
 
 def to_impl(x: Any, dtype=None, op: str = "tensor") -> TensorImpl:
@@ -574,16 +571,6 @@ def _no_sharding_rules(impl):
 
 
 # ``Tensor.sharding`` of a tensor without an explicit spec: layouts propagated through the ops'
-# sharding rules. core/sharding.py, a layer above this module, sets it when it is imported.
+# sharding rules. core/sharding.py, a layer above this module, sets it through core/hooks.py
+# (late binding 2 there) when it is imported.
 _sharding_of = _no_sharding_rules
-
-
-def bind_method_modules(**modules: Any) -> None:
-    """Give ``Tensor``'s methods the modules they delegate to (called once, by
-    ``nablax/core/ops/__init__.py``): ``elementwise``, ``index``, ``linalg``, ``nn``, ``reduce``,
-    ``shape``, ``sharding`` and ``autodiff`` (core/transforms/vjp.py)."""
-    g = globals()
-    for name, module in modules.items():
-        if f"_{name}" not in g:
-            raise ValueError(f"nablax: Tensor methods do not delegate to a module named {name!r}")
-        g[f"_{name}"] = module

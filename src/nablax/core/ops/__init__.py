@@ -4,9 +4,9 @@ Importing this package registers every primitive (through ``prims``) and gives `
 methods (declared in core/tensor.py) the modules they delegate to.
 """
 
+from .. import hooks as _hooks
 from .. import prims as _prims  # noqa: F401  (registers every primitive)
 from .. import sharding as _sharding
-from .. import tensor as _tensor
 from ..transforms import jvp as _jvp  # noqa: F401  (registers Tensor.backward & co)
 from ..transforms import vjp as _vjp  # noqa: F401
 from . import (  # noqa: F401
@@ -23,7 +23,7 @@ from . import (  # noqa: F401
     shape,
 )
 
-_tensor.bind_method_modules(
+_hooks.bind_tensor_methods(
     elementwise=elementwise,
     index=index,
     linalg=linalg,

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import GraphBreakError
+from .. import hooks as _hooks
 from .. import realize as _realize
 from ..build import bind_known
 from ..context import CTX
@@ -104,7 +105,7 @@ def _check_no_placeholder(nodes) -> None:
     )
 
 
-_realize._tracing_check = _check_no_placeholder
+_hooks.set_tracing_check(_check_no_placeholder)  # core/hooks.py: late binding 3
 
 
 def forget_traced(placeholders, since: int | None = None) -> None:
