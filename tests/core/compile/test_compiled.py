@@ -66,7 +66,7 @@ def test_static_arguments_are_part_of_the_key():
     assert f.cache_info().traces == 2 and f.cache_info().hits == 1
     with pytest.raises(TypeError, match="static argument 1 is a list.*not hashable"):
         f(x, [3], mode="mul")
-    # non-static Python numbers are traced, as in jax.jit (tests/core/test_compile_scalars.py)
+    # non-static Python numbers are traced, as in jax.jit (tests/core/compile/test_scalars.py)
     g = nx.compile(lambda x, k: x * k)
     assert g(x, 2).tolist() == [2.0, 4.0] and g(x, 3).tolist() == [3.0, 6.0]
     assert g.cache_info().traces == 1
@@ -88,7 +88,7 @@ def _breaks(x):
 
 def test_fullgraph_true_raises_graph_break_naming_the_line():
     f = nx.compile(_breaks, fullgraph=True)
-    with pytest.raises(nx.errors.GraphBreakError, match=r"test_compile.py:\d+ \(if x.sum\(\) > 0"):
+    with pytest.raises(nx.errors.GraphBreakError, match=r"test_compiled.py:\d+ \(if x.sum\(\) > 0"):
         f(nx.ones(3))
 
 
