@@ -466,7 +466,10 @@ def _kernel_configs(store, device: str, before: set, library, n, s, d, heads, hd
     for kernel, args, kw in calls:
         args, kw = kernel.prepare(*args, **kw)
         inv = Invocation(kernel.versioned_id, tuple(args), kw)
-        e = store.get_entry(device, inv.op_id, inv.call_key) if store is not None else None
+        # every call runs under nx.value_and_grad: a kernel tuned on forward plus backward
+        # (attention) stored its training choice under the call key + ":fwd+bwd"
+        key = inv.call_key + (":fwd+bwd" if getattr(kernel, "tune_grad", False) else "")
+        e = store.get_entry(device, inv.op_id, key) if store is not None else None
         if e is None:
             continue
         fresh = (e.op_id, e.call_key) not in before

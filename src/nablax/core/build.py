@@ -205,7 +205,7 @@ _DERIVE: Any = object()  # bind_known: compute this piece of metadata from the i
 
 def bind_known(
     prim, inputs, params: tuple, avals, *, trace: Any = _DERIVE, bdims: Any = _DERIVE
-) -> list[TensorImpl]:
+) -> list[Any]:  # pending TensorImpls: their ``src`` is set (callers read the new node)
     """The node of ``prim`` on ``inputs`` whose output ``avals`` (``(shape, dtype)`` each) the
     caller already knows (a transform, a recorded backward plan): no shape rule runs.
 
@@ -258,7 +258,7 @@ def _node1(prim, params: tuple, inputs: tuple, depth: int, shape, dtype, trace, 
 def bind_unary(prim, params: tuple, x: TensorImpl, shape: tuple, dtype) -> TensorImpl:
     """Fast entry of the element-wise builders: ``prim`` on one impl ``x``, output ``(shape,
     dtype)`` (the same batch layout as ``x``)."""
-    ref = x.src
+    ref: Any = x.src
     if ref is None:
         ref, depth, trace = x.lit, 1, None
     else:
@@ -271,7 +271,7 @@ def bind_unary(prim, params: tuple, x: TensorImpl, shape: tuple, dtype) -> Tenso
 def bind_scalar(prim, params: tuple, x: TensorImpl, lit: Literal, first: bool, dtype) -> TensorImpl:
     """Fast entry of the element-wise builders: ``prim`` on the impl ``x`` and the scalar ``lit``
     (``lit`` first when ``first``), output of ``x``'s shape and ``dtype``."""
-    ref = x.src
+    ref: Any = x.src
     if ref is None:
         ref, depth, trace = x.lit, 1, None
     else:

@@ -46,7 +46,7 @@ What stays shared by every thread, on purpose (each is named where it lives):
   restarts every thread's stream (each from ``fold_in(key(s), n)``, see ``nx.random.seed``);
   the streams themselves are per thread (above).
 - ``primitive.REGISTRY`` and the other registries filled at import (one entry per definition).
-- ``transforms.plan._S`` (recorded backward passes), ``transforms.compile_info.LIVE`` (live
+- ``transforms.plan._S`` (recorded backward passes), ``transforms.compile.info.LIVE`` (live
   ``nx.compile`` functions, each with its signature cache), ``primitive.DERIVED`` and every other
   cache registered in ``nablax._caches``: keyed by structure, so sharing them is what makes them
   pay; each is bounded and emptied by ``nx.clear_caches()``.

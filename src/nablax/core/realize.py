@@ -214,7 +214,7 @@ def _run(seen: dict, boundary, only=None) -> None:
             fn = entry.param_fn = _compile(key, None)
             entry.baked_fn = entry.baked_bytes = None
     # the baked program takes only the arrays (its scalars are literals)
-    results = entry.baked_fn(args) if fn is None else fn(args, consts)  # type: ignore[misc]
+    results = entry.baked_fn(args) if fn is None else fn(args, consts)
     _S.realizations += 1
     CTX.epoch += 1
     _store(out_impls, results)
@@ -338,6 +338,8 @@ class StructureKey(tuple):
     """A structure key ``(steps, ext_desc, out_codes, n_slots)`` that hashes its contents once:
     a long eager chain's key holds thousands of steps, and the program cache looks it up,
     inserts it and reorders it (a plain tuple would hash every step each time)."""
+
+    _hash: int
 
     def __new__(cls, parts: tuple):
         self = super().__new__(cls, parts)
