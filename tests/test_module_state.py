@@ -91,12 +91,8 @@ ALLOWED: dict[str, str] = {
     "nx.cache_info / nx.clear_caches)",
     "nablax.kernels.executor:_LIVE": "weak registry of live executors (nx.cache_info / "
     "nx.clear_caches reach their memos through it)",
-    "nablax.kernels.library._impls:_is_cuda": TODO + " (functools.cache: one probe)",
-    "nablax.kernels.library._impls:triton_deprecated": TODO + " (functools.cache: one probe)",
-    "nablax.kernels.library.attention:_CHECKED": TODO + " (a dict wiped when full)",
     "nablax.kernels.library.attention:_CORES": CONST,
     "nablax.kernels.library.attention_ext:DEFAULTS": CONST,
-    "nablax.kernels.library.matmul:_CHECKED": TODO + " (a dict wiped when full)",
     "nablax.kernels.library.matmul:_IMPLS": CONST,
     "nablax.kernels.selection:_FALLBACK_ALIASES": CONST,
     "nablax.kernels.store.messages:_warned": "warn-once memory: each problem warns once per "

@@ -27,11 +27,12 @@ True
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import jax
 import numpy as np
+
+from ... import _caches
 
 IMPLS = ("pallas", "xla", "cudnn")
 
@@ -58,8 +59,16 @@ def platform() -> str:
     return "gpu" if p in ("gpu", "cuda", "rocm") else p
 
 
-@functools.cache
+# the probes of this process's JAX and devices: computed once, registered (nx.clear_caches())
+_PROBES = _caches.Cache("kernels.platform_probes", 8)
+
+
 def triton_deprecated() -> bool:
+    """Whether this JAX deprecates Pallas's Triton backend (see :func:`_probe_triton_deprecated`)."""
+    return _PROBES.get_or_make("triton_deprecated", _probe_triton_deprecated)
+
+
+def _probe_triton_deprecated() -> bool:
     """Whether this JAX deprecates Pallas's Triton backend (JAX 0.11+ registers the deprecation
     ``"jax-pallas-triton"``; the version is the fallback when that registry is not there)."""
     try:
@@ -114,8 +123,11 @@ def pallas_params(api: str, interpret: bool, num_warps: int) -> dict:
     return {"compiler_params": pltriton.CompilerParams(num_warps=num_warps)}
 
 
-@functools.cache
 def _is_cuda() -> bool:
+    return _PROBES.get_or_make("is_cuda", _probe_is_cuda)
+
+
+def _probe_is_cuda() -> bool:
     try:
         dev = jax.devices()[0]
     except RuntimeError:  # pragma: no cover - no backend

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import _caches
 from ...errors import DTypeError, ShapeError, describe
 from ..kernel import Kernel
 from . import attention_ext as ext_mod
@@ -106,7 +107,8 @@ class AttentionCfg:
 
 
 # -- argument checks ------------------------------------------------------------------------------
-_CHECKED: dict = {}  # (shapes, dtypes) -> result: the executor calls prepare on every call
+# (shapes, dtypes) -> result: the executor calls prepare on every call
+_CHECKED = _caches.DictCache("kernels.attention_checked_args", 4096)
 
 
 def check_args(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int, int]:
@@ -118,9 +120,7 @@ def check_args(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int, int]:
         return _check_args(q, k, v)
     if hit is None:
         hit = _check_args(q, k, v)
-        if len(_CHECKED) > 4096:
-            _CHECKED.clear()
-        _CHECKED[key] = hit
+        _CHECKED.put(key, hit)
     return hit
 
 

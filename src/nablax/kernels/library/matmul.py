@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from ... import _caches
 from ...errors import DTypeError, ShapeError, describe
 from ..kernel import Kernel
 from ._impls import (
@@ -112,7 +113,8 @@ UNBLOCKED = MatmulCfg()
 
 
 # -- argument checks ------------------------------------------------------------------------------
-_CHECKED: dict = {}  # (shapes, dtypes) -> result: the executor calls prepare on every call
+# (shapes, dtypes) -> result: the executor calls prepare on every call
+_CHECKED = _caches.DictCache("kernels.matmul_checked_args", 4096)
 
 
 def check_args(a: Any, b: Any) -> tuple[int, int, int]:
@@ -124,9 +126,7 @@ def check_args(a: Any, b: Any) -> tuple[int, int, int]:
         return _check_args(a, b)
     if hit is None:
         hit = _check_args(a, b)
-        if len(_CHECKED) > 4096:
-            _CHECKED.clear()
-        _CHECKED[key] = hit
+        _CHECKED.put(key, hit)
     return hit
 
 
