@@ -107,6 +107,9 @@ def _node(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None, bdi
     join this thread's pending list, and a node deeper than ``max_graph_depth`` is computed at once
     (an automatic cut, checked every 64 levels).
     """
+    if len(avals) == 1:  # almost every primitive
+        ((shape, dtype),) = avals
+        return [_node1(prim, params, inputs, depth, shape, dtype, trace, bdims)]
     node = _new(Node)
     node.prim = prim
     node.params = params
@@ -119,39 +122,22 @@ def _node(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None, bdi
     if trace is not None:
         node.avals = tuple(avals)
     bshape = () if bdims is None else bdims[1]
-    if len(avals) == 1:  # almost every primitive: no loop
-        ((shape, dtype),) = avals
+    impls = []
+    for j, (shape, dtype) in enumerate(avals):
         impl = _new(TensorImpl)
-        impl.src = new_var(Var, (node, 0))
+        impl.src = new_var(Var, (node, j))
         impl.value = impl.lit = impl.sharding = None
         impl.shape = shape
         impl.dtype = dtype
         impl.batch_shape = bshape
-        impls = [impl]
-        wr = _wref(impl)
-        node.outs = (wr,)
-        pending = CTX.pending
-        if len(pending) < 4096:  # inlined fast path of note_pending
-            pending.append(wr)
-        else:
-            note_pending(wr)
+        impls.append(impl)
+    outs = node.outs = tuple([_wref(t) for t in impls])
+    pending = CTX.pending
+    if len(pending) + len(outs) < 4096:  # inlined fast path of note_pending
+        pending.extend(outs)
     else:
-        impls = []
-        for j, (shape, dtype) in enumerate(avals):
-            impl = _new(TensorImpl)
-            impl.src = new_var(Var, (node, j))
-            impl.value = impl.lit = impl.sharding = None
-            impl.shape = shape
-            impl.dtype = dtype
-            impl.batch_shape = bshape
-            impls.append(impl)
-        outs = node.outs = tuple([_wref(t) for t in impls])
-        pending = CTX.pending
-        if len(pending) + len(outs) < 4096:  # as above
-            pending.extend(outs)
-        else:
-            for wr in outs:
-                note_pending(wr)
+        for wr in outs:
+            note_pending(wr)
     if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # checked every 64 levels: cheap
         realize_impls(impls, cut=True)
     return impls
@@ -224,8 +210,8 @@ def bind_known(
 
 
 def _node1(prim, params: tuple, inputs: tuple, depth: int, shape, dtype, trace, bdims):
-    """:func:`_node` of a single-output primitive on a node without a trace (the element-wise
-    hot path): the same node and impl, without the avals tuple and the output loop."""
+    """:func:`_node` of a single-output primitive (almost every node; the element-wise fast
+    entries call it directly): returns the one output impl, without an avals tuple or a loop."""
     node = _new(Node)
     node.prim = prim
     node.params = params
