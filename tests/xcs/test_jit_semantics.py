@@ -270,7 +270,7 @@ def test_pending_plus_pending_stays_lazy():
 
     t = time.perf_counter()
     assert two("x") == ("XX2", "INDEPENDENT")
-    assert time.perf_counter() - t < 0.18
+    assert time.perf_counter() - t < 0.28  # one after another: 0.3 s
     plan = two.last_plan()
     assert set(plan.edges) == {(0, 3), (1, 3)}
     assert plan.nodes[2].start < plan.nodes[0].end
@@ -284,7 +284,7 @@ def test_wall_time_is_the_runs_own():
     quick()
     time.sleep(0.3)
     wall = quick.last_plan().wall_s
-    assert 0.05 <= wall < 0.2
+    assert 0.05 <= wall < 0.3  # the 0.3 s sleep between the calls is not counted
 
 
 # ---- bookkeeping is not an effect ----------------------------------------------------------------

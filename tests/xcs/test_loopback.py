@@ -128,7 +128,7 @@ def test_bad_arguments_are_explained():
 
 
 def test_latency_is_settable_and_requests_overlap(server):
-    server.latency_s = 0.1
+    server.latency_s = 0.2
     barrier, out = threading.Barrier(8), [None] * 8
 
     def worker(i):
@@ -143,9 +143,11 @@ def test_latency_is_settable_and_requests_overlap(server):
         t.join()
     wall = time.perf_counter() - t0
     assert out == [f"echo: q{i}" for i in range(8)]
-    assert 0.1 <= wall < 0.5, wall  # 8 requests served at once (one after another: 0.8 s)
+    # the overlap is read from the server's own count of requests in flight; the wall-clock
+    # bound only says "not one after another" (1.6 s), with room for a loaded 2-core runner
     assert server.max_concurrency >= 6 and server.requests == 8
-    assert all(r.end - r.start >= 0.1 for r in server.log)
+    assert 0.2 <= wall < 1.2, wall
+    assert all(r.end - r.start >= 0.2 for r in server.log)
     server.reset_stats()
     assert (server.requests, server.max_concurrency, server.log) == (0, 0, [])
 
@@ -199,7 +201,7 @@ def test_sdk_without_retries_raises(server):
 
 def test_async_sdk_gather_overlaps(server):
     openai = pytest.importorskip("openai")
-    server.latency_s = 0.1
+    server.latency_s = 0.25
 
     async def run():
         async with openai.AsyncOpenAI(base_url=server.url, api_key="test") as client:
@@ -217,8 +219,10 @@ def test_async_sdk_gather_overlaps(server):
 
     out, wall = asyncio.run(run())
     assert out == [f"echo: q{i}" for i in range(16)]
-    assert wall < 6 * 0.1, wall  # one after another: 1.6 s
+    # overlap: the server saw at least 8 of the 16 requests in flight at once; the wall-clock
+    # bound only rules out "one after another" (4 s), with room for a loaded runner
     assert server.max_concurrency >= 8
+    assert wall < 16 * 0.25 / 2, wall
 
 
 # ---- the SDK inside nablax.xcs ---------------------------------------------------------------
@@ -227,7 +231,7 @@ def test_async_sdk_gather_overlaps(server):
 def test_sdk_inside_xcs_vmap(server):
     xcs = _xcs()
     client = _client(server, max_retries=2)
-    server.latency_s = 0.02
+    server.latency_s = 0.05
     server.fail_next(1, status=500)
 
     def ask(prompt):
@@ -243,7 +247,7 @@ def test_sdk_inside_xcs_vmap(server):
     assert out == [f"echo: prompt {i}" for i in range(64)]
     assert server.requests == 65  # the injected 500 was retried by the SDK
     assert server.max_concurrency > 1
-    assert wall < 64 * 0.02 / 2, wall  # concurrent, not one after another
+    assert wall < 64 * 0.05 / 2, wall  # concurrent, not one after another
 
 
 def test_stdlib_chat_inside_xcs_vmap_broadcasts_the_url(server):
@@ -289,7 +293,7 @@ def test_sdk_chain_inside_xcs_jit(server):
 def test_sdk_fan_out_inside_xcs_jit_overlaps(server):
     xcs = _xcs()
     client = _client(server, max_retries=0)
-    server.latency_s = 0.1
+    server.latency_s = 0.2
     _content(client, "warm")  # the SDK's first request pays for its setup
     server.reset_stats()
     calls = []
@@ -308,7 +312,7 @@ def test_sdk_fan_out_inside_xcs_jit_overlaps(server):
     wall = time.perf_counter() - t0
     assert out == [f"ECHO: Q {i}" for i in range(8)]
     assert sorted(calls) == [f"q {i}" for i in range(8)]
-    assert wall < 5 * 0.1, wall  # one after another: 0.8 s
+    assert wall < 5 * 0.2, wall  # one after another: 1.6 s
     assert server.max_concurrency >= 4 and fan.stats().calls == 8
 
 
