@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import cProfile
+import gc
 import io
 import os
 import platform
@@ -15,7 +16,7 @@ import jax
 import numpy as np
 
 import nablax as nx
-from nablax.core import cpu_threads, host_memory
+from nablax.core import cpu_threads, gc_threshold, host_memory
 
 
 def environment(torch_module=None) -> str:
@@ -62,6 +63,12 @@ def threads(torch_module=None) -> str:
     parts.append(
         f"host memory: glibc thresholds {'raised' if retained else 'default'} (nablax option "
         f"retain_host_memory={nx.config.retain_host_memory}, process-wide: every peer)"
+    )
+    # nablax's garbage-collector setting (core/gc_threshold.py), also set now for every peer
+    gc_threshold.apply()
+    parts.append(
+        f"Python gc thresholds {gc.get_threshold()} (nablax option gc_threshold="
+        f"{nx.config.gc_threshold}, process-wide: every peer)"
     )
     flags = os.environ.get("XLA_FLAGS")
     if flags:

@@ -47,6 +47,7 @@ LAYERS = [
             "nablax.core.host_limits",
             "nablax.core.recompiles",
             "nablax.core.host_memory",
+            "nablax.core.gc_threshold",
         ),
     ),
     ("core build", ("nablax.core.build",)),

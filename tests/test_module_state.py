@@ -60,6 +60,7 @@ ALLOWED: dict[str, str] = {
     "nablax.core.cpu_threads:_changed": "process-wide state: threads nablax moved to SCHED_BATCH",
     "nablax.core.dtypes:_CANON": CONST,
     "nablax.core.dtypes:_WEAK_EXAMPLE": CONST,
+    "nablax.core.gc_threshold:_state": "process-wide state: the collector threshold nablax set",
     "nablax.core.host_memory:DEFAULTS": CONST,
     "nablax.core.host_memory:RETAINED": CONST,
     "nablax.core.host_memory:_libc": "lazily found libc function (at most one item)",

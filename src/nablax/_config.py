@@ -214,6 +214,20 @@ _register(
     process_wide=True,
 )
 _register(
+    "gc_threshold",
+    10000,
+    _int_kind(0),
+    "When nablax compiles its first program, raise the youngest-generation threshold of Python's "
+    "cyclic garbage collector to at least this many net new objects (CPython's default: 700). An "
+    "eager step's graph is then freed by reference counting before the collector runs, instead of "
+    "being promoted to older generations and walked again by full collections of the whole "
+    "process (20-70 ms each after importing JAX, every few steps of a 2000-op chain; see "
+    "nablax/core/gc_threshold.py). A higher threshold the user set is kept. 0: the threshold "
+    "nablax replaced comes back at the next compile. Process-wide: set it with nx.config.update "
+    "or the variable; nx.config.override refuses it.",
+    process_wide=True,
+)
+_register(
     "cache_dir",
     None,
     _folder_kind(),

@@ -52,8 +52,9 @@ What stays shared by every thread, on purpose (each is named where it lives):
   pay; each is bounded and emptied by ``nx.clear_caches()``.
 - Options (``nablax._config``): process-wide values; ``nx.config.override`` scopes a value to
   one thread or task (contextvars), so per-thread overrides need no field here.
-- ``cpu_threads._changed``, ``host_memory._state``: what nablax changed in the process (thread
-  scheduling, malloc thresholds), which is process-wide by nature.
+- ``cpu_threads._changed``, ``host_memory._state``, ``gc_threshold._state``: what nablax
+  changed in the process (thread scheduling, malloc thresholds, the garbage collector's
+  threshold), which is process-wide by nature.
 
 The xcs layer keeps its own per-thread context (``nablax/xcs/_context.py``), above the core.
 """

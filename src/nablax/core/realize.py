@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import _caches, _config
 from ..errors import ConcretizationError
-from . import cpu_threads, host_limits, host_memory, recompiles
+from . import cpu_threads, gc_threshold, host_limits, host_memory, recompiles
 from .context import CTX, reset_prune_threshold
 from .graph import (
     POSITION,
@@ -453,6 +453,7 @@ def _compile(key, baked_consts):
     _S.compiles += 1
     cpu_threads.apply()
     host_memory.apply()
+    gc_threshold.apply()
     if baked_consts is None:
         return jax.jit(program)
     # the scalars are literals: the program takes only the arrays and positions (passing the

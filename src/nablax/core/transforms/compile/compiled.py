@@ -77,7 +77,7 @@ import numpy as np
 from .... import _caches, _config
 from .... import tree as _tree
 from ....errors import GraphBreakError
-from ... import cpu_threads, dtypes, host_memory
+from ... import cpu_threads, dtypes, gc_threshold, host_memory
 from ...context import CTX
 from ...host import host_array
 from ...realize import realize_impls
@@ -441,6 +441,7 @@ class Compiled:
         )
         cpu_threads.apply()  # see core/cpu_threads.py
         host_memory.apply()  # see core/host_memory.py
+        gc_threshold.apply()  # see core/gc_threshold.py
         if dyn:  # exported once with symbolic shapes; jit specializes it per concrete size
             specs = [
                 jax.ShapeDtypeStruct(plain_tree(n.params[0]), n.params[1]) for n in placeholders
