@@ -259,3 +259,44 @@ def test_tuning_keeps_the_heuristic_unless_a_candidate_is_clearly_faster(kernel)
     clear = FakeTuner({Reps(300): 0.5, Reps(3): 1.0, Reps(30): 2.0})
     result = clear.tune(kernel, inv, [Reps(300), Reps(30)], baseline=Reps(3))
     assert result.best == Reps(300) and len(result.timings) == 3  # the baseline was timed too
+
+
+def test_concurrent_misses_of_one_key_tune_once_and_leave_no_lock_behind(kernel, store):
+    chain = _chain(store)
+    inv = _inv(kernel)
+    barrier, got = threading.Barrier(6), []
+
+    def worker():
+        barrier.wait()
+        got.append(chain.select(inv, kernel))
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(c.source for c in got) == ["autotune"] + ["memory"] * 5
+    assert chain.tuner.timed == [Reps(300), Reps(3), Reps(30)]  # timed once, not six times
+    # the per-key lock lived only while threads used it: 40 more keys leave no lock behind
+    for n in range(2, 42):
+        chain.select(_inv(kernel, n), kernel)
+    assert len(chain._locks) == 0
+
+
+def test_untunable_keys_are_bounded_and_tried_again_once_dropped(store, monkeypatch):
+    import nablax.kernels.selection as selection
+
+    class Broken(Repeat):
+        def run(self, x, w, *, cfg):
+            raise RuntimeError("never compiles")
+
+        def heuristic_cfg(self, inv):
+            return Reps(1)
+
+    k = Broken("broken_sel")
+    monkeypatch.setattr(selection, "UNTUNABLE_MAX", 3)
+    chain = _chain(store, table={Reps(300): 3.0, Reps(3): 1.0, Reps(30): 2.0, Reps(1): 1.0})
+    for n in range(2, 6):  # 4 keys whose every candidate fails: the heuristic is used
+        with pytest.warns(RuntimeWarning, match="candidate"):
+            assert chain.select(_inv(k, n), k).cfg == Reps(1)
+    assert 1 <= len(chain._untunable) <= 3

@@ -57,6 +57,7 @@ import dataclasses
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -210,6 +211,25 @@ def overlay_lookup(key: tuple[str, str, str]) -> Any:
     return None
 
 
+UNTUNABLE_MAX = 4096  # call keys remembered as untunable per chain
+
+
+class _KeyLock:
+    """A lock that a ``WeakValueDictionary`` can hold (``threading.Lock`` takes no weak
+    reference)."""
+
+    __slots__ = ("_lock", "__weakref__")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> bool:
+        return self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 class ConfigSelectorChain:
     """Chooses configs (see the module docstring).
 
@@ -236,8 +256,12 @@ class ConfigSelectorChain:
                 f"{type(self.tuner).__name__}. Fix: pass Tuner(...) or a subclass"
             )
         self._persistent = persistent
-        self._locks: dict[tuple, threading.Lock] = {}
+        # one lock per call key while some thread holds or waits for it (weak values: a key's
+        # lock goes away with its last user, so the dict does not grow with every key ever seen)
+        self._locks: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._locks_guard = threading.Lock()
+        # call keys whose autotuning cannot succeed (no candidates, or every one failed): not
+        # tried again; bounded (UNTUNABLE_MAX, emptied when full: a dropped key is tried again)
         self._untunable: set[tuple] = set()
 
     @property
@@ -349,12 +373,19 @@ class ConfigSelectorChain:
                 return Choice(entry.cfg, "persistent")
         return None
 
-    def _key_lock(self, key: tuple) -> threading.Lock:
+    def _key_lock(self, key: tuple) -> _KeyLock:
+        """The lock of ``key``: the same object for every thread that holds a reference to it
+        (the caller keeps it while it tunes), a new one once nobody does."""
         with self._locks_guard:
             lock = self._locks.get(key)
             if lock is None:
-                lock = self._locks[key] = threading.Lock()
+                lock = self._locks[key] = _KeyLock()
             return lock
+
+    def _mark_untunable(self, key: tuple) -> None:
+        if len(self._untunable) >= UNTUNABLE_MAX:
+            self._untunable.clear()
+        self._untunable.add(key)
 
     def _miss(self, inv: Invocation, kernel: Kernel, key: tuple, policy: AutotunePolicy) -> Choice:
         if policy.cache_miss_fallback == "error":
@@ -371,7 +402,7 @@ class ConfigSelectorChain:
                     check_cfg(kernel, c, "candidate_cfgs")
                 if not candidates:
                     tried.append("autotune (the kernel has no candidate configs)")
-                    self._untunable.add(key)
+                    self._mark_untunable(key)
                     continue
                 result = self._autotune(inv, kernel, candidates, policy)
                 timings = _timing_rows(result.timings)
@@ -379,7 +410,7 @@ class ConfigSelectorChain:
                     self._store(key, inv, result.best, "autotune", timings)
                     return Choice(result.best, "autotune")
                 tried.append("autotune (every candidate failed)")
-                self._untunable.add(key)
+                self._mark_untunable(key)
             elif step == "heuristic" and policy.allow_heuristics:
                 cfg = kernel.hook("heuristic_cfg", plat, sm)(inv)
                 if cfg is not None:

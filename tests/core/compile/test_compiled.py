@@ -305,3 +305,22 @@ def test_pytree_arguments_of_realized_tensors_take_the_fast_path_soundly():
     out, state2 = f(params, state, 1)
     np.testing.assert_allclose(out[0].numpy(), a + 10.0)
     assert state2["s"].item() == 11.0 and len(traces) == 4
+
+
+def test_own_memos_are_bounded_and_emptied_by_clear_cache(monkeypatch):
+    from nablax.core.transforms.compile import compiled as compiled_mod
+
+    monkeypatch.setattr(compiled_mod, "_MEMO_MAX", 4)
+
+    @nx.compile(static_argnums=(-1,))
+    def f(*args):
+        return sum(a * 2 for a in args[:-1]) + args[-1]
+
+    x = nx.tensor(np.arange(3.0, dtype=np.float32))
+    for n in range(1, 9):  # 8 argument counts: 8 static-position memos, at most 4 kept
+        got = f(*([x] * n), 1.0)
+        np.testing.assert_allclose(got.numpy(), 2 * n * np.arange(3.0) + 1.0)
+        assert len(f._static_at) <= 4
+    f.clear_cache()
+    assert len(f._static_at) == 0 and len(f._per_size) == 0
+    np.testing.assert_allclose(f(x, x, 3.0).numpy(), 4 * np.arange(3.0) + 3.0)

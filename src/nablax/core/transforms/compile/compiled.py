@@ -117,6 +117,10 @@ from .scalars import (
     strong_arguments,
 )
 
+# bound of a compiled function's own memos (static positions per argument count, signatures
+# found size-dependent): emptied when full, as a dropped entry is only computed again
+_MEMO_MAX = 256
+
 
 class Compiled:
     """A function compiled with :func:`compile` (callable like the original)."""
@@ -170,6 +174,7 @@ class Compiled:
         self._cache.clear()  # its eviction counter too
         self._fast.clear()
         self._per_size.clear()
+        self._static_at.clear()
         self._watch.clear()
         self._hits = self._misses = self._traces = 0
 
@@ -239,6 +244,8 @@ class Compiled:
             )
             entry = self._trace(args, kwargs, leaves, treedef, key, dyn, env)
             if entry is None:  # not shape-polymorphic: this size (and each later one) on its own
+                if len(self._per_size) >= _MEMO_MAX:  # a dropped signature is found again
+                    self._per_size.clear()
                 self._per_size.add(key)
                 key = (treedef, tuple(key_leaves), statics)
                 entry = self._cache.get(key) or self._trace(args, kwargs, leaves, treedef, key)
@@ -276,6 +283,8 @@ class Compiled:
         got = self._static_at.get(n)
         if got is None:
             got = frozenset(i % n for i in self._static_nums if -n <= i < n)
+            if len(self._static_at) >= _MEMO_MAX:  # a memo: dropping it costs a recomputation
+                self._static_at.clear()
             self._static_at[n] = got
         return got
 
