@@ -136,12 +136,13 @@ def check_tree(api: str, tree: Any, name: str, ref: Any, ref_name: str) -> tuple
     ref_leaves, ref_def = _tree.flatten(ref)
     if treedef == ref_def:
         # the common case, every step: compare shapes without building path strings
-        if all(
-            getattr(a, "shape", None) == getattr(b, "shape", None)
-            or getattr(a, "shape", None) is None
-            or getattr(b, "shape", None) is None
-            for a, b in zip(leaves, ref_leaves)
-        ):
+        for a, b in zip(leaves, ref_leaves):
+            sa = getattr(a, "shape", None)
+            if sa is not None:
+                sb = getattr(b, "shape", None)
+                if sb is not None and sa != sb:
+                    break  # another shape: name its path below
+        else:
             return leaves, treedef, ref_leaves
         for (path, a), (_, b) in zip(
             _tree.leaves_with_path(tree, name), _tree.leaves_with_path(ref, ref_name)
