@@ -26,7 +26,16 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # to the layer with the longest prefix of its name (DESIGN.md: imports go `xcs -> core ->
 # kernels`; in core: graph/IR, then realization, then Tensor, then ops, sharding and transforms).
 LAYERS = [
-    ("base", ("nablax.errors", "nablax._config", "nablax.tree", "nablax._caches")),
+    (
+        "base",
+        (
+            "nablax.errors",
+            "nablax._config",
+            "nablax._config_object",
+            "nablax.tree",
+            "nablax._caches",
+        ),
+    ),
     ("kernels", ("nablax.kernels",)),
     (
         "core IR",

@@ -8,7 +8,7 @@
 
 from . import _caches, errors, nn, optim, random, tree
 from ._caches import CacheReport, CacheStats
-from ._config import config
+from ._config_object import config
 from ._io import block_until_ready, load, save
 from .core import realize as _realize_mod
 from .core.autocast import autocast

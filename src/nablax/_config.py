@@ -193,38 +193,29 @@ _register(
     "batch_xla_threads",
     True,
     _bool_kind(),
-    "On Linux, put XLA's CPU compute pool threads (tf_XLAEigen) under the SCHED_BATCH policy when "
-    "nablax compiles a program: the same CPU share, but a pool thread that wakes up no longer "
-    "preempts the Python thread building the next graph (see nablax/core/cpu_threads.py). Off: "
-    "the threads nablax changed get the normal policy back at the next compile. Process-wide "
-    "(the threads are the whole process's): set it with nx.config.update or the variable; "
-    "nx.config.override refuses it.",
+    "On Linux, put XLA's CPU pool threads (tf_XLAEigen) under SCHED_BATCH when nablax compiles: "
+    "the same CPU share, but a waking pool thread no longer preempts the Python thread building "
+    "the next graph (nablax/core/cpu_threads.py). Off: their normal policy back at the next compile.",
     process_wide=True,
 )
 _register(
     "retain_host_memory",
     True,
     _bool_kind(),
-    "On Linux with glibc, raise malloc's mmap and trim thresholds (to 256 MiB and 1 GiB) when "
-    "nablax compiles its first program, so the buffers a step frees are reused by the next step "
-    "instead of being unmapped and faulted in again (a compiled GPT step on 2 cores spent 13 ms "
-    "of system time per step on that; see nablax/core/host_memory.py). The resident size stays "
-    "at the working set's peak. Off: glibc's defaults come back at the next compile. "
-    "Process-wide: set it with nx.config.update or the variable; nx.config.override refuses it.",
+    "On Linux with glibc, raise malloc's mmap and trim thresholds (256 MiB, 1 GiB) at the first "
+    "compile, so buffers a step frees are reused, not unmapped and faulted in again (13 ms of "
+    "system time per compiled GPT step on 2 cores; nablax/core/host_memory.py). The resident size "
+    "stays at the working set's peak. Off: glibc's defaults back at the next compile.",
     process_wide=True,
 )
 _register(
     "gc_threshold",
     10000,
     _int_kind(0),
-    "When nablax compiles its first program, raise the youngest-generation threshold of Python's "
-    "cyclic garbage collector to at least this many net new objects (CPython's default: 700). An "
-    "eager step's graph is then freed by reference counting before the collector runs, instead of "
-    "being promoted to older generations and walked again by full collections of the whole "
-    "process (20-70 ms each after importing JAX, every few steps of a 2000-op chain; see "
-    "nablax/core/gc_threshold.py). A higher threshold the user set is kept. 0: the threshold "
-    "nablax replaced comes back at the next compile. Process-wide: set it with nx.config.update "
-    "or the variable; nx.config.override refuses it.",
+    "At the first compile, raise the young threshold of Python's garbage collector to at least "
+    "this (CPython: 700), so an eager step's graph is freed by reference counting, not promoted "
+    "and walked by full collections of the process (20-70 ms each after importing JAX; "
+    "nablax/core/gc_threshold.py). A higher one the user set is kept; 0: the old one comes back.",
     process_wide=True,
 )
 _register(
@@ -472,142 +463,11 @@ def describe(*names: str) -> str:
         lines.append(f"{opt.name} = {get(opt.name)!r}  [{source(opt.name)}]")
         lines.append(f"    accepts {opt.accepts}; default {opt.default!r}")
         lines.append(f"    variable {opt.env}: {opt.env_accepts}")
-        lines.extend(textwrap.wrap(opt.doc, 96, initial_indent="    ", subsequent_indent="    "))
+        doc = opt.doc
+        if opt.process_wide:
+            doc += (
+                " Process-wide: set it with nx.config.update or the variable; nx.config.override "
+                "refuses it."
+            )
+        lines.extend(textwrap.wrap(doc, 96, initial_indent="    ", subsequent_indent="    "))
     return "\n".join(lines)
-
-
-# --- the public object -------------------------------------------------------------------------
-
-
-class Config:
-    """nablax's options, as ``nx.config`` (also ``from nablax import config``).
-
-    Read an option as an attribute (``nx.config.max_graph_depth``) or with :meth:`get`; set it
-    for the whole process with :meth:`update` or for a block of code with :meth:`override`;
-    re-read the ``NABLAX_*`` environment variables with :meth:`reload`; ``print(nx.config)``
-    (:meth:`describe`) lists every option with its value, where the value came from (default,
-    env, update or override), its variable, the accepted values and what it does.
-
-    >>> import nablax as nx
-    >>> nx.config.async_rest_min_nodes
-    16
-    >>> print(nx.config.describe("ops_stamp"))  # doctest: +ELLIPSIS
-    ops_stamp = 'hash'  [default]
-        accepts one of 'hash', 'json', 'none'; default 'hash'
-        variable NABLAX_OPS_STAMP: one of 'hash', 'json', 'none'
-        How kernel calls are named in lowered HLO and profiles: ...
-    >>> nx.config.max_graph_dept
-    Traceback (most recent call last):
-    ...
-    nablax.errors.UnknownOptionError: nx.config: unknown option 'max_graph_dept' (did you mean 'max_graph_depth'?). ...
-    """
-
-    __slots__ = ()
-
-    def get(self, name: str) -> Any:
-        """The current value of option ``name`` in this context (same as ``nx.config.<name>``).
-
-        >>> import nablax as nx
-        >>> nx.config.get("backward_plans")
-        True
-        """
-        return get(name)
-
-    def update(self, name: str, value: Any) -> None:
-        """Set option ``name`` to ``value`` for the whole process (every thread and task), until
-        the next ``update`` or :meth:`reload`. A scoped :meth:`override` still wins inside its
-        block. The value is checked now: a wrong type or range raises ``ConfigError`` naming the
-        option, its variable and the accepted values.
-
-        >>> import nablax as nx
-        >>> nx.config.update("max_executables", 512)
-        >>> nx.config.max_executables
-        512
-        >>> nx.config.update("max_executables", "big")
-        Traceback (most recent call last):
-        ...
-        nablax.errors.ConfigError: nx.config.update: option 'max_executables' (variable NABLAX_MAX_EXECUTABLES) must be an integer >= 0; got str 'big'. ...
-        >>> nx.config.reload()  # back to the NABLAX_* variables and defaults
-        >>> nx.config.max_executables
-        256
-        """
-        update(name, value)
-
-    def override(self, **values: Any) -> contextlib.AbstractContextManager[None]:
-        """Set options for a block of code, in this thread or async task only: the values live
-        in a ``contextvars`` variable, so other threads keep theirs, and a task started inside
-        the block keeps them. Overrides nest; leaving the block restores the previous values.
-        Names and values are checked by this call (``UnknownOptionError``, ``ConfigError``).
-
-        >>> import nablax as nx
-        >>> with nx.config.override(max_graph_depth=100, backward_plans=False):
-        ...     nx.config.max_graph_depth, nx.config.backward_plans
-        (100, False)
-        >>> nx.config.max_graph_depth
-        2048
-        """
-        return override(**values)
-
-    def reload(self) -> None:
-        """Re-read the ``NABLAX_*`` environment variables (as at import): every option gets its
-        variable's value, or its default when the variable is unset or empty, and values set by
-        :meth:`update` are dropped. Scoped overrides stay in force in their blocks. If a
-        variable cannot be parsed, ``ConfigError`` names it with the accepted values and nothing
-        changes.
-
-        >>> import os, nablax as nx
-        >>> os.environ["NABLAX_ASYNC_REST_MIN_NODES"] = "64"
-        >>> nx.config.reload()
-        >>> nx.config.async_rest_min_nodes
-        64
-        >>> del os.environ["NABLAX_ASYNC_REST_MIN_NODES"]
-        >>> nx.config.reload()
-        >>> nx.config.async_rest_min_nodes
-        16
-        """
-        reload()
-
-    def describe(self, *names: str) -> str:
-        """Text listing the options ``names`` (all by default): for each, ``name = value
-        [source]`` with source one of default / env / update / override, then its environment
-        variable, accepted values, default and docstring. ``str(nx.config)`` is ``describe()``.
-
-        >>> import nablax as nx
-        >>> with nx.config.override(autotune=False):
-        ...     print(nx.config.describe("autotune"))  # doctest: +ELLIPSIS
-        autotune = False  [override]
-            accepts True or False; default True
-            variable NABLAX_AUTOTUNE: 1/0, true/false, yes/no, on/off
-            Default of AutotunePolicy.allow_autotune ...
-        """
-        return describe(*names)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):  # protocols (copy, pickle, ...) probe dunders
-            raise AttributeError(name)
-        opt = _OPTIONS.get(name)
-        if opt is None:
-            raise _unknown("nx.config", name)
-        return get(name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(
-            f"nx.config.{name} = ... does not set options. Fix: nx.config.update({name!r}, "
-            f"{value!r:.40}) for the whole process, or `with nx.config.override({name}=...):` "
-            f"for a block of code."
-        )
-
-    def __dir__(self) -> list[str]:
-        return sorted({*object.__dir__(self), *_OPTIONS})
-
-    def __str__(self) -> str:
-        return describe()
-
-    def __repr__(self) -> str:
-        return "nx.config(" + ", ".join(f"{n}={get(n)!r}" for n in _OPTIONS) + ")"
-
-
-for _name in _OPTIONS:  # an option named like a method would be unreachable as an attribute
-    assert not hasattr(Config, _name), _name
-
-config = Config()
