@@ -195,7 +195,8 @@ _register(
     _bool_kind(),
     "On Linux, put XLA's CPU pool threads (tf_XLAEigen) under SCHED_BATCH when nablax compiles: "
     "the same CPU share, but a waking pool thread no longer preempts the Python thread building "
-    "the next graph (nablax/core/cpu_threads.py). Off: their normal policy back at the next compile.",
+    "the next graph (nablax/core/cpu_threads.py). Off: their normal policy back at the next "
+    "compile.",
     process_wide=True,
 )
 _register(
@@ -213,9 +214,10 @@ _register(
     10000,
     _int_kind(0),
     "At the first compile, raise the young threshold of Python's garbage collector to at least "
-    "this (CPython: 700), so an eager step's graph is freed by reference counting, not promoted "
-    "and walked by full collections of the process (20-70 ms each after importing JAX; "
-    "nablax/core/gc_threshold.py). A higher one the user set is kept; 0: the old one comes back.",
+    "this (CPython: 700; 2000 from 3.13), so an eager step's graph is freed by reference "
+    "counting, not promoted and walked by full collections of the process (20-70 ms each after "
+    "importing JAX; nablax/core/gc_threshold.py). A higher one the user set is kept; 0: the old "
+    "one comes back.",
     process_wide=True,
 )
 _register(

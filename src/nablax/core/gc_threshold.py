@@ -2,7 +2,7 @@
 
 Eager code builds a few Python objects per operation (the node, its output, the reference to it,
 the tensor) and keeps them until the value is read. With CPython's default threshold (a young
-collection every 700 net new container objects), a 2000-op step triggers several young
+collection every 700 net new container objects; 2,000 from CPython 3.13), a 2000-op step triggers several young
 collections, each promoting the half-built graph to the older generations; every few steps that
 makes a *full* collection, which walks every object of the process (about 100,000 after importing
 JAX, 20 to 70 ms on the 2-core benchmark machine). Measured on the 4x4 chain of
@@ -11,8 +11,8 @@ JAX, 20 to 70 ms on the 2-core benchmark machine). Measured on the 4x4 chain of
 When the option ``gc_threshold`` is positive (default 10,000), nablax raises the youngest
 generation's threshold to at least that value when it compiles its first program. A step's graph
 is then freed by reference counting before the collector runs at all, and garbage cycles are
-still collected, after 10,000 net new objects instead of 700 (what CPython 3.13 did when it
-raised its own default). A threshold the user set higher is kept; 0 puts the threshold nablax
+still collected, after 10,000 net new objects instead of 700 (CPython 3.13 itself raised its
+default to 2,000). A threshold the user set higher is kept; 0 puts the threshold nablax
 replaced back at the next compile. Process-wide, like ``retain_host_memory``: it applies to
 every library of the process (``nx.config.update`` or ``NABLAX_GC_THRESHOLD``;
 ``nx.config.override`` refuses it).
