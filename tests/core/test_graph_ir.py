@@ -32,7 +32,8 @@ PRIVATE = ("_node", "_node1", "make_node")  # core/build.py's node constructors
 def test_only_build_creates_nodes():
     """No module but core/build.py instantiates ``Node`` (``Node(...)`` or ``object.__new__``),
     and no module but core/build.py calls or imports its private constructor ``_node``: every other
-    node is made through ``bind``/``bind_known``/``bind_unary``/``bind_scalar``/``bind_pair``."""
+    node is made through ``bind``/``bind_known``/``bind_refs``/``bind_unary``/``bind_scalar``/
+    ``bind_pair``."""
     bad = []
     for path in SRC.rglob("*.py"):
         if path.name == "build.py" and path.parent.name == "core":
@@ -75,6 +76,34 @@ def test_bind_known_derives_metadata_like_bind():
         np.exp(np.arange(6).reshape(2, 3) * 2) + np.arange(6).reshape(2, 3) + 1,
         rtol=1e-6,
     )
+
+
+def test_bind_refs_matches_bind_known():
+    """``bind_refs`` (references, trace and batch layout given) makes the node ``bind_known``
+    makes: the same inputs, depth (one more than the deepest ``Var`` input, 1 on literals only),
+    trace and value."""
+    from nablax.core import build
+    from nablax.core.graph import Trace
+    from nablax.core.primitive import REGISTRY
+
+    add = REGISTRY["add"]
+    x = nx.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    x.numpy()
+    y = ((x * 2.0).exp() + 1.0)._impl  # depth 3
+    params = (np.dtype(np.float32),)
+    aval = ((y.shape, y.dtype),)
+    trace = Trace(None)
+    for refs in [(y.src, x._impl.lit), (x._impl.lit, x._impl.lit)]:
+        (k,) = build.bind_known(add, list(refs), params, aval, trace=trace, bdims=None)
+        (r,) = build.bind_refs(add, params, refs, aval, trace, None)
+        nk, nr = k.src[0], r.src[0]
+        assert nr.inputs == nk.inputs == refs
+        assert nr.depth == nk.depth == (4 if refs[0] is y.src else 1)
+        assert nr.trace is nk.trace is trace and nr.bdims is None
+        want = np.arange(6).reshape(2, 3) * (2.0 if refs[0] is x._impl.lit else 1.0)
+        if refs[0] is y.src:
+            want = np.exp(want * 2) + 1 + want
+        np.testing.assert_allclose(nx.Tensor._wrap(r).numpy(), want, rtol=1e-6)
 
 
 def test_inputs_are_var_or_literal_under_every_transform():

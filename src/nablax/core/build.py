@@ -169,8 +169,9 @@ def _meta(inputs) -> tuple:
         n = src[0]
         if n.depth > depth:
             depth = n.depth
-        if n.trace is not None:
-            trace = deeper(trace, n.trace)
+        t = n.trace
+        if t is not None and t is not trace and (trace is None or t.level > trace.level):
+            trace = t  # graph.deeper, inlined (the hot path)
     return tuple(refs), depth, trace, batched
 
 
@@ -206,6 +207,20 @@ def bind_known(
         trace = derived
     if bdims is _DERIVE:
         bdims = batch_info(prim.name, inputs) if batched else None
+    return _node(prim, params, refs, depth + 1, avals, trace, bdims)
+
+
+def bind_refs(prim, params: tuple, refs: tuple, avals, trace, bdims) -> list[Any]:
+    """The node of ``prim`` on the graph references ``refs`` (``Var``/``Literal`` each) when the
+    caller knows everything :func:`bind_known` would derive but the depth: the output ``avals``,
+    the node's ``trace`` and ``bdims`` (a replayed backward plan, a transform's marker of a
+    computed leaf). Returns the output impls."""
+    depth = 0
+    for r in refs:
+        if type(r) is Var:
+            d = r[0].depth
+            if d > depth:
+                depth = d
     return _node(prim, params, refs, depth + 1, avals, trace, bdims)
 
 

@@ -56,16 +56,32 @@ def canonicalize(dtype) -> np.dtype:
     return _CANON.get(d, d)
 
 
+# (dtype, JAX dtype class) -> bool: jnp.issubdtype costs about a microsecond, and layers ask it
+# on every call
+_subdtype_cache = _caches.DictCache("dtypes.subdtype", 256)
+
+
+def _is_sub(d, cls) -> bool:
+    key = (d, cls)
+    try:
+        hit = _subdtype_cache.data.get(key)
+    except TypeError:  # an unhashable dtype-like: ask JAX each time
+        return bool(jnp.issubdtype(d, cls))
+    if hit is None:
+        hit = _subdtype_cache.put(key, bool(jnp.issubdtype(d, cls)))
+    return hit
+
+
 def is_floating(d: np.dtype) -> bool:
-    return jnp.issubdtype(d, jnp.floating)
+    return _is_sub(d, jnp.floating)
 
 
 def is_integer(d: np.dtype) -> bool:
-    return jnp.issubdtype(d, jnp.integer)
+    return _is_sub(d, jnp.integer)
 
 
 def is_complex(d: np.dtype) -> bool:
-    return jnp.issubdtype(d, jnp.complexfloating)
+    return _is_sub(d, jnp.complexfloating)
 
 
 def is_inexact(d: np.dtype) -> bool:

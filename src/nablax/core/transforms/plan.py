@@ -28,7 +28,7 @@ import threading
 from typing import Any
 
 from ... import _caches, _config
-from ..build import bind_known
+from ..build import bind_refs
 from ..graph import SCALAR_TYPES, Var, encode, new_var, seq_of
 from ..realize import realize_impls
 from ..tensor import Tensor
@@ -245,19 +245,18 @@ def _record(fr: Frame, markers, result: dict):
 
 
 def replay(plan: Plan, frame: Frame, markers) -> dict:
-    """Build the recorded backward nodes on ``frame`` (with :func:`build.bind_known`, as the rules
-    would have); ``{marker: cotangent tensor}``."""
+    """Build the recorded backward nodes on ``frame`` (with :func:`build.bind_refs`: the nodes
+    the rules made, their metadata recorded); ``{marker: cotangent tensor}``."""
     _S.hits += 1
     env = frame.env
     ext = frame.ext + list(plan.literals)
     wanted = {slot for _, slot, _, _, _ in plan.outputs}
     made: dict = {}  # slot -> output impl (the wanted ones, kept alive)
     max_depth = 0
+    trace = frame.trace
     for (prim, params, codes, base, _, _), traced, avals, bdims in plan.nodes:
-        refs = [env[c] if c >= 0 else ext[~c] for c in codes]
-        impls = bind_known(
-            prim, refs, params, avals, trace=frame.trace if traced else None, bdims=bdims
-        )
+        refs = tuple([env[c] if c >= 0 else ext[~c] for c in codes])
+        impls = bind_refs(prim, params, refs, avals, trace if traced else None, bdims)
         d = impls[0].src[0].depth
         for j, impl in enumerate(impls):
             env.append(impl.src)

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from ..build import TensorImpl, bind_known, impl_from_array
+from ..build import TensorImpl, bind_known, bind_refs, impl_from_array
 from ..context import CTX
 from ..graph import SCALAR_TYPES, Node, Trace, Var, end_trace, new_var, seq_of
 from ..ops.creation import full
@@ -102,7 +102,10 @@ def mark(t: Tensor, trace: Trace) -> Tensor:
     """A new tensor equal to ``t`` whose node is a marker owned by ``trace``."""
     impl = t._impl
     b = impl.batch_shape
-    (out,) = bind_known(trace_input_p, (impl,), (), ((impl.shape, impl.dtype),), trace=trace)
+    if impl.src is None and not b:  # a computed leaf (a parameter): bind_known's node, directly
+        (out,) = bind_refs(trace_input_p, (), (impl.lit,), ((impl.shape, impl.dtype),), trace, None)
+    else:
+        (out,) = bind_known(trace_input_p, (impl,), (), ((impl.shape, impl.dtype),), trace=trace)
     if impl.value is not None and not b:
         # Already computed: so is the marker. Programs then read the array itself instead of
         # copying it through an identity node (and a program boundary); ``src`` stays, so the
@@ -289,6 +292,15 @@ def ref_key(inp):
     return inp if type(inp) is Var else None
 
 
+_BF16 = np.dtype(jax.numpy.bfloat16)
+_FLOAT_DTYPES = frozenset(
+    [_BF16, *(np.dtype(n) for n in ("float16", "float32", "float64", "complex64", "complex128"))]
+)
+
+
 def is_float(dtype) -> bool:
+    """A float or complex dtype (the differentiable ones)."""
+    if dtype in _FLOAT_DTYPES:  # nablax's own dtypes: a set lookup
+        return True
     d = np.dtype(dtype)
-    return d.kind in "fc" or d == np.dtype(jax.numpy.bfloat16)
+    return d.kind in "fc" or d == _BF16

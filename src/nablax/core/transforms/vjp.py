@@ -171,15 +171,18 @@ def _mark_args(api, f, args, argnums, trace, allow_int):
         leaves, treedef = _tree.flatten(args[a])
         new_leaves, nodes = [], []
         for i, leaf in enumerate(leaves):
-            path = functools.partial(_leaf_path, args[a], f"args[{a}]", i)
-            t = _as_tensor(leaf, api, f, path, allow_int)
-            if t is None:
-                new_leaves.append(leaf)
-                nodes.append(None)
-                continue
+            if type(leaf) is Tensor and is_float(leaf.dtype):  # the common case: nothing to say
+                t = leaf
+            else:
+                path = functools.partial(_leaf_path, args[a], f"args[{a}]", i)
+                t = _as_tensor(leaf, api, f, path, allow_int)
+                if t is None:
+                    new_leaves.append(leaf)
+                    nodes.append(None)
+                    continue
             m = mark(t, trace)
             new_leaves.append(m)
-            nodes.append(marker_of(m))
+            nodes.append(m._impl.src[0])  # its marker node
         per_arg.append((treedef, nodes, leaves))
         args[a] = _tree.unflatten(treedef, new_leaves)
     return args, per_arg
