@@ -178,7 +178,9 @@ class Module(metaclass=_ModuleMeta):
 
         def unflatten(aux, leaves):
             m = new(cls)
-            m.__dict__.update(zip(names, (*leaves, *aux)))
+            d = m.__dict__
+            for n, v in zip(names, (*leaves, *aux)):  # (about twice dict.update(zip(...))'s speed)
+                d[n] = v
             return m
 
         jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
