@@ -521,6 +521,30 @@ def test_grads_of_another_structure_name_the_first_differing_path():
         optim.rmsprop().update(tuple(lst), optim.rmsprop().init(lst))
 
 
+def test_second_moments_of_another_structure_are_named():
+    """``state.nu`` is checked like ``state.mu`` (a state edited or loaded from another model
+    must not be zipped leaf by leaf against the grads), and adamw checks grads against params
+    once for its three stages."""
+    params = _to_nx(_params_np())
+    for opt in (optim.adam(), optim.adamw()):
+        state = opt.init(params)
+        first = state[0]
+        bad = first._replace(nu={"w": first.nu["w"]})
+        state = (bad, *state[1:])
+        with pytest.raises(ValueError, match=r"grads\['b'\] is not a leaf of state\.nu"):
+            opt.update(params, state, params)
+        shaped = first._replace(nu=dict(first.nu, b=nx.zeros(7)))
+        state = (shaped, *state[1:])
+        with pytest.raises(ValueError, match=r"grads\['b'\] has shape \(\d+,\) but state\.nu"):
+            opt.update(params, state, params)
+    opt = optim.adamw()
+    state = opt.init(params)
+    with pytest.raises(ValueError, match=r"optim\.adamw: grads\['b'\] is not a leaf of params"):
+        opt.update(params, state, {"w": params["w"]})
+    with pytest.raises(ValueError, match=r"optim\.adamw: grads\['b'\] has shape .* params"):
+        opt.update(params, state, dict(params, b=nx.zeros(9)))
+
+
 def test_a_state_from_another_optimizer_is_refused():
     params = _to_nx(_params_np())
     with pytest.raises(TypeError, match=r"optim\.adam: update: state is a TraceState"):

@@ -133,17 +133,30 @@ def check_tree(api: str, tree: Any, name: str, ref: Any, ref_name: str) -> tuple
     extra leaves, another container, or another shape); return ``(leaves of tree, its structure,
     leaves of ref)`` so the caller walks neither tree again."""
     leaves, treedef = _tree.flatten(tree)
+    return leaves, treedef, check_against(api, tree, leaves, treedef, name, ref, ref_name)
+
+
+def check_against(
+    api: str, tree: Any, leaves: list, treedef: Any, name: str, ref: Any, ref_name: str
+) -> list:
+    """:func:`check_tree` of a ``tree`` already flattened into ``leaves`` and ``treedef`` (a
+    transform that checks its updates against several trees walks them once); returns the
+    leaves of ``ref``."""
     ref_leaves, ref_def = _tree.flatten(ref)
     if treedef == ref_def:
         # the common case, every step: compare shapes without building path strings
         for a, b in zip(leaves, ref_leaves):
+            if type(a) is Tensor and type(b) is Tensor:  # most leaves: no property calls
+                if a._impl.shape != b._impl.shape:
+                    break
+                continue
             sa = getattr(a, "shape", None)
             if sa is not None:
                 sb = getattr(b, "shape", None)
                 if sb is not None and sa != sb:
                     break  # another shape: name its path below
         else:
-            return leaves, treedef, ref_leaves
+            return ref_leaves
         for (path, a), (_, b) in zip(
             _tree.leaves_with_path(tree, name), _tree.leaves_with_path(ref, ref_name)
         ):
@@ -155,7 +168,7 @@ def check_tree(api: str, tree: Any, name: str, ref: Any, ref_name: str) -> tuple
                     f"{path} has shape {tuple(sa)} but {ref_name} has shape {tuple(sb)} there",
                     f"pass {name} shaped like the params given to init",
                 )
-        return leaves, treedef, ref_leaves
+        return ref_leaves
     mine = [p for p, _ in _tree.leaves_with_path(tree)]
     theirs = [p for p, _ in _tree.leaves_with_path(ref)]
     missing = [p for p in theirs if p not in set(mine)]

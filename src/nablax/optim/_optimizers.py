@@ -17,6 +17,7 @@ from ._base import (
     EmptyState,
     GradientTransformation,
     api_name,
+    check_against,
     check_lr,
     check_range,
     check_state,
@@ -124,7 +125,7 @@ def adamw(
         stages = (
             _scale_by_adamw(b1, b2, eps, weight_decay, -float(lr), api),
             _decayed_upstream(api),
-            scaled_upstream(api),
+            scaled_upstream(api, checked=True),
         )
         return make_chain(stages, api)
     return make_chain(
@@ -147,11 +148,12 @@ def _scale_by_adamw(b1, b2, eps, weight_decay, scale, api) -> GradientTransforma
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, ScaleByAdamState]:
         check_state(api, state, ScaleByAdamState)
         grads, treedef, mus = check_tree(api, updates, "grads", state.mu, "state.mu")
+        nus = check_against(api, updates, grads, treedef, "grads", state.nu, "state.nu")
         need_params(api, params)
-        _, _, ps = check_tree(api, updates, "grads", params, "params")
+        ps = check_against(api, updates, grads, treedef, "grads", params, "params")
         count = increment(state.count)
         triples = _fused_nn.adamw_update_tree(
-            grads, mus, _tree.leaves(state.nu), count, ps, b1, b2, eps, weight_decay, scale
+            grads, mus, nus, count, ps, b1, b2, eps, weight_decay, scale
         )
         cols = list(zip(*triples)) or [(), (), ()]
         mu, nu, out = (_tree.unflatten(treedef, list(c)) for c in cols)
@@ -162,7 +164,8 @@ def _scale_by_adamw(b1, b2, eps, weight_decay, scale, api) -> GradientTransforma
 
 def _decayed_upstream(api: str) -> GradientTransformation:
     """The ``add_decayed_weights`` stage of a chain whose previous stage already added the decay:
-    its state and checks, no nodes."""
+    its state and checks, no nodes. The updates it gets are that stage's output, built on the
+    structure of grads it checked against params: no tree is walked again."""
 
     def init(params: Any) -> EmptyState:
         return EmptyState()
@@ -170,7 +173,6 @@ def _decayed_upstream(api: str) -> GradientTransformation:
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, EmptyState]:
         check_state(api, state, EmptyState)
         need_params(api, params)
-        check_tree(api, updates, "grads", params, "params")
         return updates, state
 
     return GradientTransformation(init, update)

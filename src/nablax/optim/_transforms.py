@@ -25,6 +25,7 @@ from ._base import (
     EmptyState,
     GradientTransformation,
     api_name,
+    check_against,
     check_lr,
     check_number,
     check_range,
@@ -94,17 +95,19 @@ def _scale(step_size: Any, api: str) -> GradientTransformation:
     return GradientTransformation(init, update)
 
 
-def scaled_upstream(api: str) -> GradientTransformation:
+def scaled_upstream(api: str, checked: bool = False) -> GradientTransformation:
     """The ``scale`` stage of a chain whose previous stage already multiplied by the constant
     step (``adam``: its fused node does): the same state (``EmptyState``) and checks as
-    :func:`scale`, so states and checkpoints do not depend on where the multiply happens."""
+    :func:`scale`, so states and checkpoints do not depend on where the multiply happens.
+    ``checked``: that stage already checked the updates it returns against ``params``
+    (``adamw``'s does), so the tree is not walked again."""
 
     def init(params: Any) -> EmptyState:
         return EmptyState()
 
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, EmptyState]:
         check_state(api, state, EmptyState)
-        if params is not None:
+        if params is not None and not checked:
             check_tree(api, updates, "grads", params, "params")
         return updates, state
 
@@ -217,11 +220,12 @@ def _scale_by_adam(
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, ScaleByAdamState]:
         check_state(api, state, ScaleByAdamState)
         grads, treedef, mus = check_tree(api, updates, "grads", state.mu, "state.mu")
+        nus = check_against(api, updates, grads, treedef, "grads", state.nu, "state.nu")
         count = increment(state.count)
         # one fused node per parameter: new m, new v and the direction (core/prims/fused.py)
         triples = [
             _fused.adam_update(g, m, v, count, b1, b2, eps, scale)
-            for g, m, v in zip(grads, mus, _tree.leaves(state.nu))
+            for g, m, v in zip(grads, mus, nus)
         ]
         cols = list(zip(*triples)) or [(), (), ()]
         mu, nu, out = (_tree.unflatten(treedef, list(c)) for c in cols)

@@ -33,7 +33,7 @@ from jax import lax
 
 from ... import _caches
 from .. import dtypes
-from ..build import bind
+from ..build import bind, bind_known
 from ..primitive import primitive
 from ..tensor import Tensor
 from . import _autocast, _shard, linalg
@@ -339,14 +339,42 @@ def _adamw_dtypes_rule(gd, md, vd, pd) -> bool:
     )
 
 
+def _adamw_dtypes_ok(key: tuple) -> bool:
+    return _ADAMW_DTYPES.get_or_make(key, lambda: _adamw_dtypes_rule(*key))
+
+
 def _adamw_fusable(g, m, v, p) -> bool:
     if not (type(g) is Tensor and type(m) is Tensor and type(v) is Tensor and type(p) is Tensor):
         return False
     gi, mi, vi, pi = g._impl, m._impl, v._impl, p._impl
     if not gi.shape == mi.shape == vi.shape == pi.shape:
         return False
-    key = (gi.dtype, mi.dtype, vi.dtype, pi.dtype)
-    return _ADAMW_DTYPES.get_or_make(key, lambda: _adamw_dtypes_rule(*key))
+    return _adamw_dtypes_ok((gi.dtype, mi.dtype, vi.dtype, pi.dtype))
+
+
+def _adamw_tree_avals(gs, ms, vs, ps) -> list | None:
+    """The output avals of one ``adamw`` node over the whole tree (``_adamw_aval``'s, from what
+    the check saw) when every parameter fuses (:func:`_adamw_fusable`), else None. One pass with
+    no call per leaf: the dtype rule is looked up once per distinct dtype combination."""
+    m_avals, v_avals, u_avals = [], [], []
+    last = None
+    T = Tensor
+    for g, m, v, p in zip(gs, ms, vs, ps):
+        if not (type(g) is T and type(m) is T and type(v) is T and type(p) is T):
+            return None
+        gi, mi, vi, pi = g._impl, m._impl, v._impl, p._impl
+        shape = gi.shape
+        if not shape == mi.shape == vi.shape == pi.shape:
+            return None
+        key = (gi.dtype, mi.dtype, vi.dtype, pi.dtype)
+        if key != last:
+            if not _adamw_dtypes_ok(key):
+                return None
+            last = key
+        m_avals.append((shape, key[1]))
+        v_avals.append((shape, key[2]))
+        u_avals.append((shape, key[3]))  # the rule holds: promote(m, v) is p's dtype
+    return m_avals + v_avals + u_avals
 
 
 def adamw_update_tree(gs, ms, vs, count: Tensor, ps, b1, b2, eps, weight_decay, scale) -> list:
@@ -355,9 +383,10 @@ def adamw_update_tree(gs, ms, vs, count: Tensor, ps, b1, b2, eps, weight_decay, 
     ``p`` is a tensor of the direction's shape and dtype), else per parameter as
     :func:`adamw_update`."""
     n = len(gs)
-    if n and all(_adamw_fusable(g, m, v, p) for g, m, v, p in zip(gs, ms, vs, ps)):
+    avals = _adamw_tree_avals(gs, ms, vs, ps) if n else None
+    if avals is not None:
         ins = [t._impl for t in (*gs, *ms, *vs, count, *ps)]
-        outs = bind(adamw_p, ins, (b1, b2, eps, weight_decay, scale, n))
+        outs = bind_known(adamw_p, ins, (b1, b2, eps, weight_decay, scale, n), avals)
         w = Tensor._wrap
         return [(w(outs[i]), w(outs[n + i]), w(outs[2 * n + i])) for i in range(n)]
     return [
