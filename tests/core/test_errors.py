@@ -69,6 +69,23 @@ def test_reshape_wrong_size(shape, new):
     _raises(ShapeError, lambda: x.reshape(*new), "reshape")
 
 
+def test_reshape_and_transpose_refuse_float_sizes_and_axes_every_time():
+    """A float size is a TypeError, as NumPy (``int()`` used to truncate ``2.5`` to ``2``), and a
+    float axes tuple that equals a permutation seen before is refused too (the permutation memo
+    checks element types: ``(1.0, 0.0) == (1, 0)``)."""
+    x = nx.arange(24).reshape(2, 3, 4)
+    for bad in ((2.5, 3, 4), (6.0, 4)):
+        _raises(TypeError, lambda bad=bad: x.reshape(bad), "reshape", "ints")
+    assert x.reshape(np.int64(6), 4).shape == (6, 4)
+    for _ in range(2):  # the second call finds (1, 0, 2) memoized
+        assert x.transpose(1, 0, 2).shape == (3, 2, 4)
+        _raises(TypeError, lambda: x.transpose(1.0, 0.0, 2.0), "transpose", "ints")
+        _raises(ShapeError, lambda: x.transpose(1, 1, 2), "transpose", "permutation")
+    np.testing.assert_array_equal(
+        x.transpose(2, 0, 1).numpy(), np.arange(24).reshape(2, 3, 4).transpose(2, 0, 1)
+    )
+
+
 # ---- axes ------------------------------------------------------------------------------------
 
 

@@ -108,7 +108,8 @@ def as_dim(d):
     kept as they are."""
     if type(d) is int:
         return d
-    return d if is_symbolic_dim(d) else int(d)
+    # operator.index, not int(): a float size is an error (as NumPy), never truncated
+    return d if is_symbolic_dim(d) else operator.index(d)
 
 
 def is_concrete(key) -> bool:

@@ -330,9 +330,11 @@ def _reshape(x, shape: tuple, op: str) -> Tensor:
     if len(shape) == 1 and not isinstance(shape[0], int):
         shape = tuple(shape[0])
     try:
-        shape = tuple(as_dim(d) for d in shape)
+        shape = tuple([d if type(d) is int else as_dim(d) for d in shape])
     except (TypeError, ValueError):
         raise op_error(TypeError, op, f"shape must be ints, got {shape!r}") from None
+    if shape == xi.shape:  # already that shape (every size checked as an int above)
+        return x if type(x) is Tensor else Tensor._wrap(xi)
     size = math.prod(xi.shape)
     if shape.count(-1) > 1:
         raise op_error(ShapeError, op, f"only one -1 allowed in shape {shape}")
@@ -363,13 +365,25 @@ def _transpose(x, axes, op: str) -> Tensor:
     nd = len(xi.shape)
     if axes is None:
         perm = tuple(range(nd))[::-1]
+    elif type(axes) is tuple and (nd, axes) in _PERMS and set(map(type, axes)) == _INT_ONLY:
+        perm = axes  # plain ints (floats and bools compare equal: hence the type check) seen
     else:
         perm = tuple(norm_axis(op, a, xi.shape) for a in _ints(op, "axes", axes))
         if sorted(perm) != list(range(nd)):
             raise op_error(ShapeError, op, f"axes {tuple(axes)} is not a permutation of {nd} axes")
+    if type(axes) is tuple and axes == perm and len(_PERMS) < 4096:
+        if set(map(type, axes)) == _INT_ONLY:
+            _PERMS[nd, perm] = True
     if perm == tuple(range(nd)):
         return x if type(x) is Tensor else Tensor._wrap(xi)
     return _wrap1(transpose_p, [xi], (perm,))
+
+
+# (rank, axes) -> True for tuples of plain non-negative ints already checked to be a permutation
+# of that rank (attention's head transposes repeat a handful every step; bounded). A lookup also
+# checks the element types: ``(0.0, 1.0) == (0, 1)``, and a float axis must still raise.
+_PERMS: dict = {}
+_INT_ONLY = {int}
 
 
 def moveaxis(x, source, destination) -> Tensor:
