@@ -268,7 +268,7 @@ def test_cache_on_evict_and_evict():
 
 def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
     from nablax.core import dtypes
-    from nablax.core.prims import _util, elementwise, fused
+    from nablax.core.prims import _util, elementwise, fused, shape
     from nablax.core.prims.elementwise import builders, dtype_rules
 
     def use():
@@ -279,6 +279,7 @@ def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
             "promote": (nx.tensor(a) * nx.tensor(b)).numpy(),  # int8 x float32, broadcast
             "float_scalar": (nx.tensor(b) * 1.5 - 2).numpy(),
             "arccosh_grad": nx.grad(lambda t: nx.arccosh(t).sum())(nx.tensor([2.0, 3.0])).numpy(),
+            "transpose": nx.tensor(a).transpose((1, 0)).numpy(),  # a checked permutation
         }
         opt = nx.optim.adam(0.1)
         p = {"w": nx.tensor(b)}
@@ -295,6 +296,7 @@ def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
             "float_scalar": b * np.float32(1.5) - np.float32(2),
             "arccosh_grad": 1 / np.sqrt(np.array([2.0, 3.0], np.float32) ** 2 - 1),
             "adam": -0.1 * np.sign(b),  # first Adam step: lr * g / (|g| + eps)
+            "transpose": a.T,
         }
 
     memos = {
@@ -305,6 +307,7 @@ def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
         "ops.integer_ranges": dtype_rules._INT_WRAP,
         "ops.adam_float_dtypes": fused._FLOAT,
         "ops.jax_probes": elementwise._JAX_PROBES,
+        "ops.transpose_perms": shape._PERMS,
     }
     for _ in range(2):  # the second round runs on emptied memos: same values
         nx.clear_caches()

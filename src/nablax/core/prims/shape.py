@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 from jax import lax
 
+from ... import _caches
 from ...errors import ShapeError, op_error
 from ..build import TensorImpl, bind
 from ..dtypes import promote
@@ -365,15 +366,15 @@ def _transpose(x, axes, op: str) -> Tensor:
     nd = len(xi.shape)
     if axes is None:
         perm = tuple(range(nd))[::-1]
-    elif type(axes) is tuple and (nd, axes) in _PERMS and set(map(type, axes)) == _INT_ONLY:
+    elif type(axes) is tuple and (nd, axes) in _PERMS.data and set(map(type, axes)) == _INT_ONLY:
         perm = axes  # plain ints (floats and bools compare equal: hence the type check) seen
     else:
         perm = tuple(norm_axis(op, a, xi.shape) for a in _ints(op, "axes", axes))
         if sorted(perm) != list(range(nd)):
             raise op_error(ShapeError, op, f"axes {tuple(axes)} is not a permutation of {nd} axes")
-    if type(axes) is tuple and axes == perm and len(_PERMS) < 4096:
-        if set(map(type, axes)) == _INT_ONLY:
-            _PERMS[nd, perm] = True
+    if perm is not axes and type(axes) is tuple and axes == perm:
+        if set(map(type, axes)) == _INT_ONLY:  # checked plain ints: memoized
+            _PERMS.put((nd, perm), True)
     if perm == tuple(range(nd)):
         return x if type(x) is Tensor else Tensor._wrap(xi)
     return _wrap1(transpose_p, [xi], (perm,))
@@ -382,8 +383,8 @@ def _transpose(x, axes, op: str) -> Tensor:
 # (rank, axes) -> True for tuples of plain non-negative ints already checked to be a permutation
 # of that rank (attention's head transposes repeat a handful every step; bounded). A lookup also
 # checks the element types: ``(0.0, 1.0) == (0, 1)``, and a float axis must still raise.
-_PERMS: dict = {}
-_INT_ONLY = {int}
+_PERMS = _caches.DictCache("ops.transpose_perms", 1024)
+_INT_ONLY = frozenset((int,))
 
 
 def moveaxis(x, source, destination) -> Tensor:

@@ -164,8 +164,10 @@ class Plan:
     __slots__ = ("nodes", "literals", "outputs")
 
     def __init__(self, nodes, literals, outputs) -> None:
-        # (encode step, traced, avals, bdims) per node; a code ~i with i >= len(frame.ext) is
-        # literals[i - len(frame.ext)], a scalar the rules put in a backward node
+        # (prim, params, codes, first slot, traced, avals, bdims, wanted outputs) per node: the
+        # encode step's parts, whether the node belongs to the trace, its output avals, its batch
+        # layout, and the indices of its outputs that are cotangents (usually none). A code ~i
+        # with i >= len(frame.ext) is literals[i - len(frame.ext)], a scalar a rule put in a node
         self.nodes = nodes
         self.literals = literals
         self.outputs = outputs  # (marker index, slot, shape, dtype, batch_shape)
@@ -228,12 +230,8 @@ def _record(fr: Frame, markers, result: dict):
         (p, q, tuple(c if c >= 0 else ~to_frame[~c] for c in codes), b, k, d)
         for p, q, codes, b, k, d in steps
     ]
-    memo: dict = {}
-    nodes = []
-    for n, step in zip(order, steps):
-        traced = trace is not None and n.trace is trace
-        nodes.append((step, traced, tuple(node_avals(n, memo)), n.bdims))
     outputs = []
+    wanted: dict = {}  # backward node -> indices of its outputs that are cotangents
     for i, m in enumerate(markers):
         ct = result.get(m)
         if ct is None:
@@ -241,6 +239,13 @@ def _record(fr: Frame, markers, result: dict):
         impl = ct._impl
         n, j = impl.src
         outputs.append((i, slot[n] + j, impl.shape, impl.dtype, impl.batch_shape))
+        wanted.setdefault(n, []).append(j)
+    memo: dict = {}
+    nodes = []
+    for n, (prim, params, codes, base, _, _) in zip(order, steps):
+        traced = trace is not None and n.trace is trace
+        keep = tuple(sorted(set(wanted.get(n, ()))))
+        nodes.append((prim, params, codes, base, traced, tuple(node_avals(n, memo)), n.bdims, keep))
     return Plan(tuple(nodes), tuple(literals), tuple(outputs))
 
 
@@ -249,21 +254,22 @@ def replay(plan: Plan, frame: Frame, markers) -> dict:
     the rules made, their metadata recorded); ``{marker: cotangent tensor}``."""
     _S.hits += 1
     env = frame.env
+    add = env.append
     ext = frame.ext + list(plan.literals)
-    wanted = {slot for _, slot, _, _, _ in plan.outputs}
-    made: dict = {}  # slot -> output impl (the wanted ones, kept alive)
-    max_depth = 0
+    made: dict = {}  # slot -> output impl (the cotangents, kept alive)
     trace = frame.trace
-    for (prim, params, codes, base, _, _), traced, avals, bdims in plan.nodes:
+    for prim, params, codes, base, traced, avals, bdims, keep in plan.nodes:
         refs = tuple([env[c] if c >= 0 else ext[~c] for c in codes])
         impls = bind_refs(prim, params, refs, avals, trace if traced else None, bdims)
-        d = impls[0].src[0].depth
-        for j, impl in enumerate(impls):
-            env.append(impl.src)
-            if base + j in wanted:
-                made[base + j] = impl
-        if d > max_depth:
-            max_depth = d
+        if len(impls) == 1:
+            add(impls[0].src)
+        else:
+            env.extend([impl.src for impl in impls])
+        for j in keep:
+            made[base + j] = impls[j]
+    # every recorded node leads to a cotangent (_record walks back from them), so the deepest
+    # node is a cotangent's
+    max_depth = max((impl.src[0].depth for impl in made.values()), default=0)
     marker_list = list(markers)
     result = {}
     for i, slot, shape, dtype, bd in plan.outputs:
