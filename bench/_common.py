@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 import nablax as nx
-from nablax.core import cpu_threads, gc_threshold, host_memory
+from nablax.core import cpu_threads, gc_threshold, graph, host_memory
 
 
 def environment(torch_module=None) -> str:
@@ -26,7 +26,8 @@ def environment(torch_module=None) -> str:
     return (
         f"python {platform.python_version()}, jax {jax.__version__} "
         f"({jax.default_backend()}), numpy {np.__version__}, torch {tv}, "
-        f"{platform.machine()}, {os.cpu_count()} cores, load average {load:.1f}"
+        f"{platform.machine()}, {os.cpu_count()} cores, load average {load:.1f}, "
+        f"graph walks {'compiled' if graph.COMPILED else 'pure Python'}"
     )
 
 

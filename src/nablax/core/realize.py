@@ -39,6 +39,8 @@ from .graph import (
     SCALAR_TYPES,
     Literal,
     Var,
+    collect,
+    describe,
     encode,
     gc_paused,
     new_literal,
@@ -314,24 +316,7 @@ def _touches(start, in_prog, leaf_ids, memo) -> bool:
 _seq = operator.attrgetter("seq")
 
 
-def _collect(roots, seen: dict) -> dict:
-    """Add the pending nodes behind ``roots`` to ``seen`` (insertion-ordered, deterministic;
-    iterative, so no recursion limit) and return it."""
-    stack = []
-    for r in roots:
-        if r not in seen:
-            seen[r] = None
-            stack.append(r)
-    while stack:
-        for inp in stack.pop().inputs:
-            if type(inp) is Var:
-                m = inp[0]
-                if m not in seen:
-                    vals = m.values
-                    if vals is None or vals[inp[1]] is None:
-                        seen[m] = None
-                        stack.append(m)
-    return seen
+_collect = collect  # graph.collect: compiled (core/_graphc.c) when built
 
 
 class StructureKey(tuple):
@@ -359,32 +344,7 @@ def _structure(seen: dict, boundary=(), only=None):
     the key holds their shapes and dtypes, never their values."""
     node_pos: dict = {}  # node -> slot of its first output
     steps, n, ext = encode(sorted(seen, key=_seq), node_pos)
-    leaves: list = []
-    ext_desc: list = []  # per external: (shape, dtype) of a leaf, or the dtype of a scalar
-    add_desc = ext_desc.append
-    const_groups: dict = {}  # dtype -> list of python values (in order)
-    positions: list = []  # index positions: always runtime arguments (graph.POSITION)
-    for inp in ext:
-        if type(inp) is Var:
-            m, j = inp
-            arr = m.values[j]  # computed by an earlier program
-        else:
-            arr = inp.value
-            if type(arr) in SCALAR_TYPES:
-                if inp.weak == POSITION:
-                    add_desc("position")
-                    positions.append(arr)
-                    continue
-                dt = inp.dtype
-                add_desc(dt)
-                group = const_groups.get(dt)
-                if group is None:
-                    const_groups[dt] = [arr]
-                else:
-                    group.append(arr)
-                continue
-        add_desc((arr.shape, arr.dtype))
-        leaves.append(arr)
+    ext_desc, leaves, const_groups, positions = describe(ext, POSITION)
     out_impls: list = []
     out_codes: list = []
     for node, base in node_pos.items():

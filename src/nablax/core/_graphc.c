@@ -1,0 +1,616 @@
+/* Optional compiled versions of the graph IR's two hottest walks (core/graph.py).
+ *
+ * encode(order, slot, base=0) -> (steps, next_slot, ext)
+ * collect(roots, seen) -> seen
+ * describe(ext, position) -> (ext_desc, leaves, const_groups, positions)
+ *
+ * Each is an exact equivalent of the pure-Python function of the same name in core/graph.py
+ * (`_encode_py`, `_collect_py`, `_describe_py`), which stays the reference: tests/core/test_graph_compiled.py
+ * compares the two on random graphs, and CI runs the whole Python 3.12 suite on the pure-Python
+ * versions (NABLAX_PURE_PYTHON=1). The extension is built by `pip install` when a C compiler is
+ * present and is optional: without it, nablax runs the Python versions.
+ *
+ * Node and Literal are classes with __slots__; their fields are read straight from the slot
+ * offsets that setup() finds in the classes' member descriptors (exact types only; any other
+ * object goes through getattr).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* Bumped whenever a function's contract changes: core/graph.py uses the extension only when
+ * its VERSION is the one it expects (a stale build in a source checkout is ignored). */
+#define GRAPHC_VERSION 1
+
+static PyTypeObject *Var_Type = NULL;
+static PyTypeObject *Node_Type = NULL;
+static PyTypeObject *Literal_Type = NULL;
+
+enum { F_INPUTS, F_VALUES, F_OUTS, F_PRIM, F_PARAMS, F_BDIMS, N_NODE_FIELDS };
+static const char *node_field_names[N_NODE_FIELDS] = {"inputs", "values", "outs",
+                                                      "prim",   "params", "bdims"};
+static Py_ssize_t node_off[N_NODE_FIELDS];
+static PyObject *node_field_str[N_NODE_FIELDS];
+static Py_ssize_t literal_value_off = -1, literal_dtype_off = -1, literal_weak_off = -1;
+static PyObject *str_value = NULL, *str_dtype = NULL, *str_weak = NULL, *str_shape = NULL;
+static PyObject *str_position = NULL;
+
+/* The offset of a __slots__ member `name` of `tp`, or -1 (then fields are read by getattr). */
+static Py_ssize_t
+member_offset(PyTypeObject *tp, const char *name)
+{
+    PyObject *d = PyObject_GetAttrString((PyObject *)tp, name);
+    Py_ssize_t off = -1;
+    if (d == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READ_RESTRICTED)) {
+            off = m->offset;
+        }
+    }
+    Py_DECREF(d);
+    return off;
+}
+
+/* A new reference to field `f` of node `o`. */
+static inline PyObject *
+node_get(PyObject *o, int f)
+{
+    if (Py_IS_TYPE(o, Node_Type) && node_off[f] >= 0) {
+        PyObject *v = *(PyObject **)((char *)o + node_off[f]);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(o, node_field_str[f]);
+}
+
+static inline PyObject *
+literal_get(PyObject *o, Py_ssize_t off, PyObject *name)
+{
+    if (Py_IS_TYPE(o, Literal_Type) && off >= 0) {
+        PyObject *v = *(PyObject **)((char *)o + off);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(o, name);
+}
+
+static inline PyObject *
+literal_value(PyObject *o)
+{
+    return literal_get(o, literal_value_off, str_value);
+}
+
+static inline int
+is_scalar(PyObject *v)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    return t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type || t == &PyComplex_Type;
+}
+
+static PyObject *
+graphc_setup(PyObject *self, PyObject *args)
+{
+    PyObject *var, *node, *literal;
+    if (!PyArg_ParseTuple(args, "O!O!O!:setup", &PyType_Type, &var, &PyType_Type, &node,
+                          &PyType_Type, &literal)) {
+        return NULL;
+    }
+    if (!PyType_IsSubtype((PyTypeObject *)var, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "setup: Var must be a tuple subclass");
+        return NULL;
+    }
+    Py_INCREF(var);
+    Py_INCREF(node);
+    Py_INCREF(literal);
+    Py_XSETREF(Var_Type, (PyTypeObject *)var);
+    Py_XSETREF(Node_Type, (PyTypeObject *)node);
+    Py_XSETREF(Literal_Type, (PyTypeObject *)literal);
+    for (int f = 0; f < N_NODE_FIELDS; f++) {
+        node_off[f] = member_offset(Node_Type, node_field_names[f]);
+    }
+    literal_value_off = member_offset(Literal_Type, "value");
+    literal_dtype_off = member_offset(Literal_Type, "dtype");
+    literal_weak_off = member_offset(Literal_Type, "weak");
+    Py_RETURN_NONE;
+}
+
+static int
+ready(void)
+{
+    if (Var_Type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "nablax.core._graphc: setup(Var, Node, Literal) was not called");
+        return 0;
+    }
+    return 1;
+}
+
+/* The value a Var names is pending: node.values is None or values[index] is None. Returns 1, 0,
+ * or -1 on error. */
+static int
+is_pending(PyObject *m, PyObject *index)
+{
+    PyObject *vals = node_get(m, F_VALUES);
+    int r;
+    if (vals == NULL) {
+        return -1;
+    }
+    if (vals == Py_None) {
+        r = 1;
+    }
+    else if (PyList_CheckExact(vals) && PyLong_CheckExact(index)) {
+        Py_ssize_t j = PyLong_AsSsize_t(index);
+        Py_ssize_t n = PyList_GET_SIZE(vals);
+        if (j == -1 && PyErr_Occurred()) {
+            Py_DECREF(vals);
+            return -1;
+        }
+        if (j < 0) {
+            j += n;
+        }
+        if (j < 0 || j >= n) {
+            PyErr_SetString(PyExc_IndexError, "list index out of range");
+            Py_DECREF(vals);
+            return -1;
+        }
+        r = PyList_GET_ITEM(vals, j) == Py_None;
+    }
+    else {
+        PyObject *v = PyObject_GetItem(vals, index);
+        if (v == NULL) {
+            Py_DECREF(vals);
+            return -1;
+        }
+        r = v == Py_None;
+        Py_DECREF(v);
+    }
+    Py_DECREF(vals);
+    return r;
+}
+
+static PyObject *
+graphc_collect(PyObject *self, PyObject *args)
+{
+    PyObject *roots, *seen, *stack = NULL, *it = NULL, *r;
+    if (!PyArg_ParseTuple(args, "OO!:collect", &roots, &PyDict_Type, &seen) || !ready()) {
+        return NULL;
+    }
+    stack = PyList_New(0);
+    if (stack == NULL) {
+        return NULL;
+    }
+    it = PyObject_GetIter(roots);
+    if (it == NULL) {
+        goto error;
+    }
+    while ((r = PyIter_Next(it)) != NULL) {
+        int has = PyDict_Contains(seen, r);
+        if (has == 0) {
+            if (PyDict_SetItem(seen, r, Py_None) < 0 || PyList_Append(stack, r) < 0) {
+                has = -1;
+            }
+        }
+        Py_DECREF(r);
+        if (has < 0) {
+            goto error;
+        }
+    }
+    Py_CLEAR(it);
+    if (PyErr_Occurred()) {
+        goto error;
+    }
+    while (PyList_GET_SIZE(stack) > 0) {
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        PyObject *node = PyList_GET_ITEM(stack, top);
+        PyObject *inputs, *fast;
+        Py_INCREF(node);
+        if (PyList_SetSlice(stack, top, top + 1, NULL) < 0) {
+            Py_DECREF(node);
+            goto error;
+        }
+        inputs = node_get(node, F_INPUTS);
+        Py_DECREF(node);
+        if (inputs == NULL) {
+            goto error;
+        }
+        fast = PySequence_Fast(inputs, "node inputs must be a sequence");
+        Py_DECREF(inputs);
+        if (fast == NULL) {
+            goto error;
+        }
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+        PyObject **items = PySequence_Fast_ITEMS(fast);
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *inp = items[k];
+            if (!Py_IS_TYPE(inp, Var_Type)) {
+                continue;
+            }
+            if (PyTuple_GET_SIZE(inp) < 2) {
+                PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+                Py_DECREF(fast);
+                goto error;
+            }
+            PyObject *m = PyTuple_GET_ITEM(inp, 0);
+            int has = PyDict_Contains(seen, m);
+            if (has < 0) {
+                Py_DECREF(fast);
+                goto error;
+            }
+            if (has) {
+                continue;
+            }
+            int pend = is_pending(m, PyTuple_GET_ITEM(inp, 1));
+            if (pend < 0 ||
+                (pend && (PyDict_SetItem(seen, m, Py_None) < 0 || PyList_Append(stack, m) < 0))) {
+                Py_DECREF(fast);
+                goto error;
+            }
+        }
+        Py_DECREF(fast);
+    }
+    Py_DECREF(stack);
+    Py_INCREF(seen);
+    return seen;
+error:
+    Py_XDECREF(it);
+    Py_XDECREF(stack);
+    return NULL;
+}
+
+static PyObject *
+graphc_encode(PyObject *self, PyObject *args)
+{
+    PyObject *order, *slot, *fast = NULL, *steps = NULL, *ext = NULL, *ext_index = NULL;
+    PyObject *codes = NULL, *key = NULL, *inputs_fast = NULL;
+    Py_ssize_t base = 0;
+    if (!PyArg_ParseTuple(args, "OO!|n:encode", &order, &PyDict_Type, &slot, &base) || !ready()) {
+        return NULL;
+    }
+    fast = PySequence_Fast(order, "encode: order must be a sequence of nodes");
+    if (fast == NULL) {
+        return NULL;
+    }
+    steps = PyList_New(0);
+    ext = PyList_New(0);
+    ext_index = PyDict_New(); /* Var, or id(array) -> index in ext */
+    if (steps == NULL || ext == NULL || ext_index == NULL) {
+        goto error;
+    }
+    Py_ssize_t n_nodes = PySequence_Fast_GET_SIZE(fast);
+    for (Py_ssize_t i = 0; i < n_nodes; i++) {
+        PyObject *node = PySequence_Fast_GET_ITEM(fast, i);
+        PyObject *inputs = node_get(node, F_INPUTS);
+        if (inputs == NULL) {
+            goto error;
+        }
+        inputs_fast = PySequence_Fast(inputs, "encode: a node's inputs are not iterable");
+        Py_DECREF(inputs);
+        if (inputs_fast == NULL) {
+            goto error;
+        }
+        Py_ssize_t n_in = PySequence_Fast_GET_SIZE(inputs_fast);
+        PyObject **items = PySequence_Fast_ITEMS(inputs_fast);
+        codes = PyTuple_New(n_in);
+        if (codes == NULL) {
+            goto error;
+        }
+        for (Py_ssize_t k = 0; k < n_in; k++) {
+            PyObject *inp = items[k];
+            PyObject *code;
+            if (Py_IS_TYPE(inp, Var_Type)) {
+                if (PyTuple_GET_SIZE(inp) < 2) {
+                    PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+                    goto error;
+                }
+                PyObject *m = PyTuple_GET_ITEM(inp, 0);
+                PyObject *b = PyDict_GetItemWithError(slot, m); /* borrowed */
+                if (b != NULL) {
+                    code = PyNumber_Add(b, PyTuple_GET_ITEM(inp, 1));
+                    if (code == NULL) {
+                        goto error;
+                    }
+                    PyTuple_SET_ITEM(codes, k, code);
+                    continue;
+                }
+                if (PyErr_Occurred()) {
+                    goto error;
+                }
+                Py_INCREF(inp);
+                key = inp;
+            }
+            else {
+                PyObject *v = literal_value(inp);
+                if (v == NULL) {
+                    goto error;
+                }
+                if (is_scalar(v)) { /* one entry per occurrence */
+                    Py_DECREF(v);
+                    code = PyLong_FromSsize_t(~PyList_GET_SIZE(ext));
+                    if (code == NULL || PyList_Append(ext, inp) < 0) {
+                        Py_XDECREF(code);
+                        goto error;
+                    }
+                    PyTuple_SET_ITEM(codes, k, code);
+                    continue;
+                }
+                key = PyLong_FromVoidPtr(v); /* id(v) */
+                Py_DECREF(v);
+                if (key == NULL) {
+                    goto error;
+                }
+            }
+            PyObject *idx = PyDict_GetItemWithError(ext_index, key); /* borrowed */
+            Py_ssize_t e;
+            if (idx == NULL) {
+                if (PyErr_Occurred()) {
+                    goto error;
+                }
+                e = PyList_GET_SIZE(ext);
+                idx = PyLong_FromSsize_t(e);
+                if (idx == NULL) {
+                    goto error;
+                }
+                int bad = PyDict_SetItem(ext_index, key, idx) < 0 || PyList_Append(ext, inp) < 0;
+                Py_DECREF(idx);
+                if (bad) {
+                    goto error;
+                }
+            }
+            else {
+                e = PyLong_AsSsize_t(idx);
+                if (e == -1 && PyErr_Occurred()) {
+                    goto error;
+                }
+            }
+            Py_CLEAR(key);
+            code = PyLong_FromSsize_t(~e);
+            if (code == NULL) {
+                goto error;
+            }
+            PyTuple_SET_ITEM(codes, k, code);
+        }
+        Py_CLEAR(inputs_fast);
+
+        PyObject *b = PyLong_FromSsize_t(base);
+        if (b == NULL) {
+            goto error;
+        }
+        if (PyDict_SetItem(slot, node, b) < 0) {
+            Py_DECREF(b);
+            goto error;
+        }
+        PyObject *outs = node_get(node, F_OUTS);
+        Py_ssize_t nout = outs == NULL ? -1 : PyObject_Length(outs);
+        Py_XDECREF(outs);
+        PyObject *bd = nout < 0 ? NULL : node_get(node, F_BDIMS);
+        PyObject *bd0 = NULL;
+        if (bd != NULL) {
+            int truth = PyObject_IsTrue(bd); /* `bd and bd[0]` */
+            if (truth > 0) {
+                bd0 = PySequence_GetItem(bd, 0);
+            }
+            else if (truth == 0) {
+                Py_INCREF(bd);
+                bd0 = bd;
+            }
+            Py_DECREF(bd);
+        }
+        PyObject *prim = bd0 == NULL ? NULL : node_get(node, F_PRIM);
+        PyObject *params = prim == NULL ? NULL : node_get(node, F_PARAMS);
+        PyObject *nout_obj = params == NULL ? NULL : PyLong_FromSsize_t(nout);
+        PyObject *step = NULL;
+        if (nout_obj != NULL) {
+            step = PyTuple_New(6);
+            if (step != NULL) {
+                PyTuple_SET_ITEM(step, 0, prim);
+                PyTuple_SET_ITEM(step, 1, params);
+                PyTuple_SET_ITEM(step, 2, codes);
+                PyTuple_SET_ITEM(step, 3, b);
+                PyTuple_SET_ITEM(step, 4, nout_obj);
+                PyTuple_SET_ITEM(step, 5, bd0);
+                codes = NULL; /* the step owns them all now */
+                b = prim = params = nout_obj = bd0 = NULL;
+            }
+        }
+        Py_XDECREF(b);
+        Py_XDECREF(prim);
+        Py_XDECREF(params);
+        Py_XDECREF(nout_obj);
+        Py_XDECREF(bd0);
+        if (step == NULL) {
+            goto error;
+        }
+        int bad = PyList_Append(steps, step) < 0;
+        Py_DECREF(step);
+        if (bad) {
+            goto error;
+        }
+        base += nout;
+    }
+    Py_DECREF(fast);
+    Py_DECREF(ext_index);
+    PyObject *result = Py_BuildValue("(NnN)", steps, base, ext);
+    return result;
+error:
+    Py_XDECREF(fast);
+    Py_XDECREF(steps);
+    Py_XDECREF(ext);
+    Py_XDECREF(ext_index);
+    Py_XDECREF(codes);
+    Py_XDECREF(key);
+    Py_XDECREF(inputs_fast);
+    return NULL;
+}
+
+/* Append (arr.shape, arr.dtype) to desc and arr to leaves. */
+static int
+add_leaf(PyObject *arr, PyObject *desc, PyObject *leaves)
+{
+    PyObject *shape = PyObject_GetAttr(arr, str_shape);
+    PyObject *dtype = shape == NULL ? NULL : PyObject_GetAttr(arr, str_dtype);
+    PyObject *pair = dtype == NULL ? NULL : PyTuple_Pack(2, shape, dtype);
+    int r = pair == NULL || PyList_Append(desc, pair) < 0 || PyList_Append(leaves, arr) < 0;
+    Py_XDECREF(shape);
+    Py_XDECREF(dtype);
+    Py_XDECREF(pair);
+    return r ? -1 : 0;
+}
+
+static PyObject *
+graphc_describe(PyObject *self, PyObject *args)
+{
+    PyObject *ext, *position, *fast, *desc = NULL, *leaves = NULL, *groups = NULL, *pos = NULL;
+    if (!PyArg_ParseTuple(args, "OO:describe", &ext, &position) || !ready()) {
+        return NULL;
+    }
+    fast = PySequence_Fast(ext, "describe: ext must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    desc = PyList_New(0);
+    leaves = PyList_New(0);
+    groups = PyDict_New();
+    pos = PyList_New(0);
+    if (desc == NULL || leaves == NULL || groups == NULL || pos == NULL) {
+        goto error;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *inp = PySequence_Fast_GET_ITEM(fast, i);
+        PyObject *arr;
+        if (Py_IS_TYPE(inp, Var_Type)) { /* computed by an earlier program: m.values[j] */
+            if (PyTuple_GET_SIZE(inp) < 2) {
+                PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+                goto error;
+            }
+            PyObject *vals = node_get(PyTuple_GET_ITEM(inp, 0), F_VALUES);
+            if (vals == NULL) {
+                goto error;
+            }
+            arr = PyObject_GetItem(vals, PyTuple_GET_ITEM(inp, 1));
+            Py_DECREF(vals);
+            if (arr == NULL) {
+                goto error;
+            }
+        }
+        else {
+            arr = literal_value(inp);
+            if (arr == NULL) {
+                goto error;
+            }
+            if (is_scalar(arr)) {
+                PyObject *weak = literal_get(inp, literal_weak_off, str_weak);
+                int is_pos = weak == NULL ? -1 : PyObject_RichCompareBool(weak, position, Py_EQ);
+                Py_XDECREF(weak);
+                if (is_pos < 0) {
+                    Py_DECREF(arr);
+                    goto error;
+                }
+                if (is_pos) {
+                    int bad = PyList_Append(desc, str_position) < 0 || PyList_Append(pos, arr) < 0;
+                    Py_DECREF(arr);
+                    if (bad) {
+                        goto error;
+                    }
+                    continue;
+                }
+                PyObject *dt = literal_get(inp, literal_dtype_off, str_dtype);
+                int bad = dt == NULL || PyList_Append(desc, dt) < 0;
+                if (!bad) {
+                    PyObject *group = PyDict_GetItemWithError(groups, dt); /* borrowed */
+                    if (group != NULL) {
+                        bad = PyList_Append(group, arr) < 0;
+                    }
+                    else if (PyErr_Occurred()) {
+                        bad = 1;
+                    }
+                    else {
+                        group = PyList_New(1);
+                        if (group == NULL) {
+                            bad = 1;
+                        }
+                        else {
+                            Py_INCREF(arr);
+                            PyList_SET_ITEM(group, 0, arr);
+                            bad = PyDict_SetItem(groups, dt, group) < 0;
+                            Py_DECREF(group);
+                        }
+                    }
+                }
+                Py_XDECREF(dt);
+                Py_DECREF(arr);
+                if (bad) {
+                    goto error;
+                }
+                continue;
+            }
+        }
+        int bad = add_leaf(arr, desc, leaves);
+        Py_DECREF(arr);
+        if (bad) {
+            goto error;
+        }
+    }
+    Py_DECREF(fast);
+    return Py_BuildValue("(NNNN)", desc, leaves, groups, pos);
+error:
+    Py_DECREF(fast);
+    Py_XDECREF(desc);
+    Py_XDECREF(leaves);
+    Py_XDECREF(groups);
+    Py_XDECREF(pos);
+    return NULL;
+}
+
+static PyMethodDef graphc_methods[] = {
+    {"setup", graphc_setup, METH_VARARGS,
+     "setup(Var, Node, Literal): the graph IR's classes (core/graph.py calls it once)."},
+    {"encode", graphc_encode, METH_VARARGS,
+     "encode(order, slot, base=0) -> (steps, next_slot, ext): graph.encode, compiled."},
+    {"collect", graphc_collect, METH_VARARGS,
+     "collect(roots, seen) -> seen: the pending nodes behind roots, added to seen."},
+    {"describe", graphc_describe, METH_VARARGS,
+     "describe(ext, position) -> (ext_desc, leaves, const_groups, positions)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef graphc_module = {
+    PyModuleDef_HEAD_INIT, "_graphc", "Compiled walks of nablax's graph IR (optional).", -1,
+    graphc_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__graphc(void)
+{
+    PyObject *m = PyModule_Create(&graphc_module);
+    if (m == NULL) {
+        return NULL;
+    }
+    for (int f = 0; f < N_NODE_FIELDS; f++) {
+        node_off[f] = -1;
+        node_field_str[f] = PyUnicode_InternFromString(node_field_names[f]);
+        if (node_field_str[f] == NULL) {
+            Py_DECREF(m);
+            return NULL;
+        }
+    }
+    str_value = PyUnicode_InternFromString("value");
+    str_dtype = PyUnicode_InternFromString("dtype");
+    str_weak = PyUnicode_InternFromString("weak");
+    str_shape = PyUnicode_InternFromString("shape");
+    str_position = PyUnicode_InternFromString("position");
+    if (str_value == NULL || str_dtype == NULL || str_weak == NULL || str_shape == NULL ||
+        str_position == NULL || PyModule_AddIntConstant(m, "VERSION", GRAPHC_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

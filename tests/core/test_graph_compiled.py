@@ -1,0 +1,293 @@
+"""The optional compiled graph walks (core/_graphc.c) against their pure-Python references
+(core/graph.py's ``_encode_py``, ``_collect_py``, ``_describe_py``).
+
+Both versions are run here whichever one nablax uses (``NABLAX_PURE_PYTHON=1`` picks the Python
+ones; CI runs its Python 3.12 suite that way): on random graphs built node by node (multi-output
+nodes, computed values, external ``Var``s, arrays shared between inputs, scalars of every Python
+type, index positions, batched nodes, pre-numbered slots) and on graphs of real programs
+(``grad``, ``vmap``, indexing), the results must be identical, object for object, and so must the
+errors. The extension is built by ``pip install`` where a C compiler is present; where it is not,
+the comparisons skip (and on CI, which has a compiler, that is a failure)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import types
+import weakref
+
+import numpy as np
+import pytest
+
+import nablax as nx
+import nablax.core
+from nablax.core import graph
+from nablax.core.graph import POSITION, Literal, Node, Var, new_var
+
+try:
+    from nablax.core import _graphc  # type: ignore[attr-defined]
+except ImportError:  # no C compiler at install time: only the Python versions exist
+    _graphc = None
+else:
+    _graphc.setup(Var, Node, Literal)
+
+needs_c = pytest.mark.skipif(_graphc is None, reason="nablax.core._graphc was not built")
+
+
+def test_ci_builds_the_extension():
+    """CI has a compiler, so the compiled versions must be there and be tested."""
+    if not os.environ.get("CI"):
+        pytest.skip("only CI promises a C compiler")
+    assert _graphc is not None, "CI installed nablax without building nablax.core._graphc"
+    assert _graphc.VERSION == graph._COMPILED_VERSION
+
+
+def test_the_environment_variable_selects_the_pure_python_walks():
+    code = (
+        "from nablax.core import graph, realize\n"
+        "assert not graph.COMPILED\n"
+        "assert graph.encode is graph._encode_py and graph.collect is graph._collect_py\n"
+        "assert realize._collect is graph._collect_py and realize.encode is graph._encode_py\n"
+        "assert realize.describe is graph._describe_py\n"
+        "import nablax as nx\n"
+        "x = nx.arange(6.0).reshape(2, 3)\n"
+        "assert (x * 2 + 1).sum().item() == 36.0\n"
+    )
+    env = {**os.environ, "NABLAX_PURE_PYTHON": "1"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_stale_build_is_ignored_with_a_warning(monkeypatch):
+    """An extension of another VERSION (left from an older checkout) is not used."""
+    fake = types.ModuleType("nablax.core._graphc")
+    fake.VERSION = graph._COMPILED_VERSION + 1
+    fake.__file__ = "/somewhere/_graphc.so"
+    monkeypatch.delenv("NABLAX_PURE_PYTHON", raising=False)
+    monkeypatch.setitem(sys.modules, "nablax.core._graphc", fake)
+    monkeypatch.setattr(nablax.core, "_graphc", fake, raising=False)
+    with pytest.warns(RuntimeWarning, match=r"version .*pip install -e \."):
+        assert graph._load_compiled() is None
+
+
+def test_the_module_uses_the_compiled_walks_when_built():
+    if os.environ.get("NABLAX_PURE_PYTHON", "") not in ("", "0") or _graphc is None:
+        assert not graph.COMPILED
+        assert graph.encode is graph._encode_py
+    else:
+        assert graph.COMPILED
+        assert graph.encode is _graphc.encode and graph.collect is _graphc.collect
+        assert graph.describe is _graphc.describe
+
+
+# --- random graphs -------------------------------------------------------------------------
+
+
+class _Prim:
+    def __init__(self, name):
+        self.name = name
+
+
+class _Impl:
+    """A stand-in for a node's output tensor (weakly referenced by ``node.outs``)."""
+
+    def __init__(self):
+        self.value = None
+
+
+_PRIMS = [_Prim(f"p{i}") for i in range(5)]
+
+
+def _node(rng, inputs, nout, bdims, keep):
+    n = object.__new__(Node)
+    n.prim = rng.choice(_PRIMS)
+    n.params = rng.choice([(), (1,), ("axis", (0, 1)), (np.float32,)])
+    n.inputs = tuple(inputs)
+    n.values = None
+    impls = [_Impl() for _ in range(nout)]
+    keep.extend(impls)
+    n.outs = tuple(weakref.ref(i) for i in impls)
+    n.depth = 1
+    n.seq = 0
+    n.trace = None
+    n.bdims = bdims
+    return n
+
+
+def _random_graph(seed, n_nodes=60):
+    """Nodes in creation order (inputs before consumers), some computed, and what they read."""
+    rng = random.Random(seed)
+    keep: list = []  # the output stand-ins, alive for the test
+    arrays = [np.full((rng.randint(1, 3),), i, np.float32) for i in range(4)]
+    outside = [_node(rng, (), rng.randint(1, 3), None, keep) for _ in range(3)]
+    for m in outside:  # computed earlier: their Vars are external values
+        m.values = [np.float32(i) for i in range(len(m.outs))]
+    nodes: list = []
+    scalars = [0, 1, 7, 300, -5, 2.5, -0.0, float("nan"), True, False, 1 + 2j, 10**30]
+
+    def literal():
+        kind = rng.random()
+        if kind < 0.3:
+            return Literal(rng.choice(arrays), np.float32)  # shared arrays: one ext entry each
+        value = rng.choice(scalars)
+        if kind < 0.4 and type(value) is int:
+            return Literal(value, np.int32, POSITION)
+        return Literal(value, rng.choice([np.float32, np.int32, np.float64]), rng.random() < 0.5)
+
+    for _ in range(n_nodes):
+        inputs = []
+        for _ in range(rng.randint(0, 4)):
+            r = rng.random()
+            if nodes and r < 0.55:
+                m = rng.choice(nodes)
+                inputs.append(new_var(Var, (m, rng.randrange(len(m.outs)))))
+            elif r < 0.7:
+                m = rng.choice(outside)
+                inputs.append(new_var(Var, (m, rng.randrange(len(m.outs)))))
+            else:
+                inputs.append(literal())
+        bdims = rng.choice([None, None, (), ((0,) * len(inputs), (3,)), ((None,), (2, 2))])
+        nodes.append(_node(rng, inputs, rng.choice([1, 1, 1, 2, 3]), bdims, keep))
+    for n in nodes:  # some computed: some of their outputs, or all
+        if rng.random() < 0.2:
+            n.values = [np.float32(1.0) if rng.random() < 0.6 else None for _ in n.outs]
+    for i, n in enumerate(nodes):
+        n.seq = i
+    return nodes, outside, keep
+
+
+def _same_objects(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x is y
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_encode_matches_the_python_reference(seed):
+    nodes, outside, _keep = _random_graph(seed)
+    rng = random.Random(seed)
+    pre = {}
+    if seed % 3 == 0:  # a body's inputs numbered by the caller
+        pre = {m: 100 + 5 * i for i, m in enumerate(outside)}
+    base = rng.choice([0, 0, 7, 1000])
+    order = nodes if seed % 2 else tuple(nodes)
+    slot_py, slot_c = dict(pre), dict(pre)
+    steps_py, next_py, ext_py = graph._encode_py(order, slot_py, base)
+    steps_c, next_c, ext_c = _graphc.encode(order, slot_c, base)
+    assert steps_c == steps_py
+    assert next_c == next_py
+    _same_objects(ext_c, ext_py)
+    assert list(slot_c.items()) == list(slot_py.items())
+    for s_c, s_py in zip(steps_c, steps_py):  # the same objects, not only equal ones
+        assert s_c[0] is s_py[0] and s_c[1] is s_py[1] and s_c[5] is s_py[5]
+        assert type(s_c[2]) is tuple and type(s_c[3]) is int
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_collect_matches_the_python_reference(seed):
+    nodes, _outside, _keep = _random_graph(seed)
+    rng = random.Random(seed + 1000)
+    roots = rng.sample(nodes, k=rng.randint(1, 4))
+    start = {} if seed % 2 else {n: None for n in rng.sample(nodes, k=5)}
+    seen_py = graph._collect_py(iter(roots) if seed % 4 == 1 else roots, dict(start))
+    seen_c = _graphc.collect(iter(roots) if seed % 4 == 1 else roots, dict(start))
+    assert list(seen_c) == list(seen_py)  # the same nodes, in the same (discovery) order
+    pre = dict(start)
+    assert _graphc.collect(roots, pre) is pre  # fills and returns the caller's dict
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_describe_matches_the_python_reference(seed):
+    nodes, _outside, _keep = _random_graph(seed)
+    pending = [n for n in nodes if n.values is None]
+    _steps, _n, ext = graph._encode_py(pending, {})
+    ext = [e for e in ext if type(e) is not Var or (e[0].values or [None] * 3)[e[1]] is not None]
+    desc_py, leaves_py, groups_py, pos_py = graph._describe_py(ext, POSITION)
+    desc_c, leaves_c, groups_c, pos_c = _graphc.describe(ext, POSITION)
+    assert desc_c == desc_py
+    _same_objects(leaves_c, leaves_py)
+    assert list(groups_c) == list(groups_py)
+    for d in groups_py:
+        _same_objects(groups_c[d], groups_py[d])
+    _same_objects(pos_c, pos_py)
+
+
+def _error(f, *args):
+    try:
+        f(*args)
+    except Exception as e:  # noqa: BLE001 - the comparison is the point
+        return type(e)
+    return None
+
+
+def _copy(node):
+    """A new node with the same fields."""
+    n = object.__new__(Node)
+    for f in Node.__slots__:
+        if f != "__weakref__" and hasattr(node, f):
+            setattr(n, f, getattr(node, f))
+    return n
+
+
+@needs_c
+def test_errors_match_the_python_reference():
+    nodes, _outside, _keep = _random_graph(3, n_nodes=10)
+    released = _copy(nodes[0])  # a computed node whose inputs were dropped
+    released.inputs = None
+    for py, c, nodes_in in [
+        (graph._encode_py, _graphc.encode, [released]),
+        (graph._collect_py, _graphc.collect, [released]),
+        (graph._encode_py, _graphc.encode, [object()]),
+    ]:
+        e_py, e_c = _error(py, nodes_in, {}), _error(c, nodes_in, {})
+        assert e_py is not None and e_c is e_py, (py.__name__, e_py, e_c)
+    short = _copy(nodes[0])  # computed, with fewer values than its Var's index
+    short.values = []
+    bad = _copy(nodes[1])
+    bad.inputs = (new_var(Var, (short, 0)),)
+    assert _error(graph._collect_py, [bad], {}) is IndexError
+    assert _error(_graphc.collect, [bad], {}) is IndexError
+    assert _error(graph._describe_py, [new_var(Var, (short, 0))], POSITION) is IndexError
+    assert _error(_graphc.describe, [new_var(Var, (short, 0))], POSITION) is IndexError
+
+
+# --- graphs of real programs ---------------------------------------------------------------
+
+
+def _real_graphs():
+    x = nx.tensor(np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4))
+    w = nx.tensor(np.ones((4, 2), np.float32))
+    y = nx.relu(x @ w * 1.5 - 0.25)
+    yield [y]
+    g = nx.grad(lambda w: (nx.tanh(x @ w) ** 2).sum())(w)
+    yield [g]
+    v = nx.vmap(lambda r: (r * 2.0 + r.sum()) / 3)(x)
+    yield [v]
+    i = 1
+    yield [x[i] + x[:, i].sum(), x.at[i, 2].set(5.0)]
+
+
+@needs_c
+@pytest.mark.parametrize("case", range(4))
+def test_real_program_graphs_encode_alike(case):
+    outs = list(_real_graphs())[case]
+    roots = [t._impl.src[0] for t in outs if t._impl.src is not None]
+    assert roots
+    seen_py = graph._collect_py(roots, {})
+    seen_c = _graphc.collect(roots, {})
+    assert list(seen_c) == list(seen_py)
+    order = sorted(seen_py, key=graph.seq_of)
+    a, b = graph._encode_py(order, {}), _graphc.encode(order, {})
+    assert a[0] == b[0] and a[1] == b[1]
+    _same_objects(a[2], b[2])
+    d_py, d_c = graph._describe_py(a[2], POSITION), _graphc.describe(b[2], POSITION)
+    assert d_py[0] == d_c[0]
+    _same_objects(d_py[1], d_c[1])
+    _same_objects(d_py[3], d_c[3])
+    for t in outs:  # and the values are right whichever walks realized them
+        t.numpy()
