@@ -376,7 +376,7 @@ def _load_compiled():
     if os.environ.get("NABLAX_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        from . import _graphc  # type: ignore[attr-defined]
+        from . import _graphc
     except ImportError:
         return None
     if getattr(_graphc, "VERSION", None) != _COMPILED_VERSION:
