@@ -3,9 +3,10 @@
  * encode(order, slot, base=0) -> (steps, next_slot, ext)
  * collect(roots, seen) -> seen
  * describe(ext, position) -> (ext_desc, leaves, const_groups, positions)
+ * node1(prim, params, inputs, depth, shape, dtype, trace, bdims) -> impl
  *
  * Each is an exact equivalent of the pure-Python function of the same name in core/graph.py
- * (`_encode_py`, `_collect_py`, `_describe_py`), which stays the reference: tests/core/test_graph_compiled.py
+ * (`_encode_py`, `_collect_py`, `_describe_py`; `node1` is core/build.py's `_node1_py`), which stays the reference: tests/core/test_graph_compiled.py
  * compares the two on random graphs, and CI runs the whole Python 3.12 suite on the pure-Python
  * versions (NABLAX_PURE_PYTHON=1). The extension is built by `pip install` when a C compiler is
  * present and is optional: without it, nablax runs the Python versions.
@@ -20,15 +21,40 @@
 
 /* Bumped whenever a function's contract changes: core/graph.py uses the extension only when
  * its VERSION is the one it expects (a stale build in a source checkout is ignored). */
-#define GRAPHC_VERSION 1
+#define GRAPHC_VERSION 2
 
 static PyTypeObject *Var_Type = NULL;
 static PyTypeObject *Node_Type = NULL;
 static PyTypeObject *Literal_Type = NULL;
 
-enum { F_INPUTS, F_VALUES, F_OUTS, F_PRIM, F_PARAMS, F_BDIMS, N_NODE_FIELDS };
-static const char *node_field_names[N_NODE_FIELDS] = {"inputs", "values", "outs",
-                                                      "prim",   "params", "bdims"};
+enum {
+    F_INPUTS,
+    F_VALUES,
+    F_OUTS,
+    F_PRIM,
+    F_PARAMS,
+    F_BDIMS,
+    F_DEPTH,
+    F_SEQ,
+    F_TRACE,
+    F_AVALS,
+    N_NODE_FIELDS
+};
+static const char *node_field_names[N_NODE_FIELDS] = {
+    "inputs", "values", "outs", "prim", "params", "bdims", "depth", "seq", "trace", "avals"};
+
+/* core/build.py's TensorImpl, and what node1 needs of the interpreter (setup_build) */
+enum { I_SRC, I_VALUE, I_LIT, I_SHAPE, I_DTYPE, I_BATCH_SHAPE, I_SHARDING, N_IMPL_FIELDS };
+static const char *impl_field_names[N_IMPL_FIELDS] = {"src",   "value",       "lit",     "shape",
+                                                      "dtype", "batch_shape", "sharding"};
+static Py_ssize_t impl_off[N_IMPL_FIELDS];
+static PyTypeObject *Impl_Type = NULL;
+static PyObject *next_seq = NULL;     /* graph._next_seq */
+static PyObject *ctx = NULL;          /* context.CTX (a threading.local) */
+static PyObject *note_pending = NULL; /* context.note_pending */
+static PyObject *deep_cut = NULL;     /* build._deep_cut(impl, depth) */
+static PyObject *str_pending = NULL;
+static PyObject *empty_tuple = NULL;
 static Py_ssize_t node_off[N_NODE_FIELDS];
 static PyObject *node_field_str[N_NODE_FIELDS];
 static Py_ssize_t literal_value_off = -1, literal_dtype_off = -1, literal_weak_off = -1;
@@ -570,6 +596,182 @@ error:
     return NULL;
 }
 
+static PyObject *
+graphc_setup_build(PyObject *self, PyObject *args)
+{
+    PyObject *impl, *seq, *c, *note, *cut;
+    if (!PyArg_ParseTuple(args, "O!OOOO:setup_build", &PyType_Type, &impl, &seq, &c, &note, &cut) ||
+        !ready()) {
+        return NULL;
+    }
+    for (int f = 0; f < N_IMPL_FIELDS; f++) {
+        impl_off[f] = member_offset((PyTypeObject *)impl, impl_field_names[f]);
+        if (impl_off[f] < 0) {
+            PyErr_Format(PyExc_TypeError, "setup_build: %s has no __slots__ field %s",
+                         ((PyTypeObject *)impl)->tp_name, impl_field_names[f]);
+            return NULL;
+        }
+    }
+    for (int f = 0; f < N_NODE_FIELDS; f++) {
+        if (node_off[f] < 0) {
+            PyErr_Format(PyExc_TypeError, "setup_build: Node has no __slots__ field %s",
+                         node_field_names[f]);
+            return NULL;
+        }
+    }
+    Py_INCREF(impl);
+    Py_INCREF(seq);
+    Py_INCREF(c);
+    Py_INCREF(note);
+    Py_INCREF(cut);
+    Py_XSETREF(Impl_Type, (PyTypeObject *)impl);
+    Py_XSETREF(next_seq, seq);
+    Py_XSETREF(ctx, c);
+    Py_XSETREF(note_pending, note);
+    Py_XSETREF(deep_cut, cut);
+    Py_RETURN_NONE;
+}
+
+/* Store a new reference to v in the (empty) slot at byte offset off of o. */
+static inline void
+set_field(PyObject *o, Py_ssize_t off, PyObject *v)
+{
+    PyObject **p = (PyObject **)((char *)o + off);
+    PyObject *old = *p;
+    Py_INCREF(v);
+    *p = v;
+    Py_XDECREF(old);
+}
+
+/* Steals the reference to v. */
+static inline void
+put_field(PyObject *o, Py_ssize_t off, PyObject *v)
+{
+    PyObject **p = (PyObject **)((char *)o + off);
+    PyObject *old = *p;
+    *p = v;
+    Py_XDECREF(old);
+}
+
+static PyObject *
+graphc_node1(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "node1 takes 8 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (Impl_Type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nablax.core._graphc: setup_build was not called");
+        return NULL;
+    }
+    PyObject *prim = args[0], *params = args[1], *inputs = args[2], *depth_obj = args[3];
+    PyObject *shape = args[4], *dtype = args[5], *trace = args[6], *bdims = args[7];
+    Py_ssize_t depth = PyLong_AsSsize_t(depth_obj);
+    if (depth == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *batch_shape;
+    if (bdims == Py_None) {
+        batch_shape = empty_tuple;
+        Py_INCREF(batch_shape);
+    }
+    else {
+        batch_shape = PySequence_GetItem(bdims, 1); /* bdims[1] */
+        if (batch_shape == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *seq = PyObject_CallNoArgs(next_seq);
+    if (seq == NULL) {
+        Py_DECREF(batch_shape);
+        return NULL;
+    }
+    PyObject *node = Node_Type->tp_alloc(Node_Type, 0);
+    PyObject *impl = node == NULL ? NULL : Impl_Type->tp_alloc(Impl_Type, 0);
+    if (impl == NULL) {
+        Py_XDECREF(node);
+        Py_DECREF(batch_shape);
+        Py_DECREF(seq);
+        return NULL;
+    }
+    set_field(node, node_off[F_PRIM], prim);
+    set_field(node, node_off[F_PARAMS], params);
+    set_field(node, node_off[F_INPUTS], inputs);
+    set_field(node, node_off[F_VALUES], Py_None);
+    set_field(node, node_off[F_DEPTH], depth_obj);
+    put_field(node, node_off[F_SEQ], seq);
+    set_field(node, node_off[F_TRACE], trace);
+    set_field(node, node_off[F_BDIMS], bdims);
+    if (trace != Py_None) {
+        PyObject *aval = PyTuple_Pack(2, shape, dtype);
+        PyObject *avals = aval == NULL ? NULL : PyTuple_Pack(1, aval);
+        Py_XDECREF(aval);
+        if (avals == NULL) {
+            goto error;
+        }
+        put_field(node, node_off[F_AVALS], avals);
+    }
+    PyObject *src = Var_Type->tp_alloc(Var_Type, 2); /* tuple.__new__(Var, (node, 0)) */
+    if (src == NULL) {
+        goto error;
+    }
+    Py_INCREF(node);
+    PyTuple_SET_ITEM(src, 0, node);
+    PyTuple_SET_ITEM(src, 1, PyLong_FromLong(0));
+    put_field(impl, impl_off[I_SRC], src);
+    set_field(impl, impl_off[I_VALUE], Py_None);
+    set_field(impl, impl_off[I_LIT], Py_None);
+    set_field(impl, impl_off[I_SHARDING], Py_None);
+    set_field(impl, impl_off[I_SHAPE], shape);
+    set_field(impl, impl_off[I_DTYPE], dtype);
+    put_field(impl, impl_off[I_BATCH_SHAPE], batch_shape);
+    batch_shape = NULL;
+    PyObject *wr = PyWeakref_NewRef(impl, NULL);
+    if (wr == NULL) {
+        goto error;
+    }
+    PyObject *outs = PyTuple_Pack(1, wr);
+    if (outs == NULL) {
+        Py_DECREF(wr);
+        goto error;
+    }
+    put_field(node, node_off[F_OUTS], outs);
+    /* the new output joins this thread's pending list (note_pending's inlined fast path) */
+    PyObject *pending = PyObject_GetAttr(ctx, str_pending);
+    int bad;
+    if (pending != NULL && PyList_CheckExact(pending) && PyList_GET_SIZE(pending) < 4096) {
+        bad = PyList_Append(pending, wr) < 0;
+    }
+    else if (pending != NULL) {
+        PyObject *r = PyObject_CallOneArg(note_pending, wr);
+        bad = r == NULL;
+        Py_XDECREF(r);
+    }
+    else {
+        bad = 1;
+    }
+    Py_XDECREF(pending);
+    Py_DECREF(wr);
+    if (bad) {
+        goto error;
+    }
+    Py_DECREF(node);
+    if (!(depth & 63)) { /* build._deep_cut checks max_graph_depth every 64 levels */
+        PyObject *r = PyObject_CallFunctionObjArgs(deep_cut, impl, depth_obj, NULL);
+        if (r == NULL) {
+            Py_DECREF(impl);
+            return NULL;
+        }
+        Py_DECREF(r);
+    }
+    return impl;
+error:
+    Py_XDECREF(batch_shape);
+    Py_DECREF(node);
+    Py_DECREF(impl);
+    return NULL;
+}
+
 static PyMethodDef graphc_methods[] = {
     {"setup", graphc_setup, METH_VARARGS,
      "setup(Var, Node, Literal): the graph IR's classes (core/graph.py calls it once)."},
@@ -577,6 +779,10 @@ static PyMethodDef graphc_methods[] = {
      "encode(order, slot, base=0) -> (steps, next_slot, ext): graph.encode, compiled."},
     {"collect", graphc_collect, METH_VARARGS,
      "collect(roots, seen) -> seen: the pending nodes behind roots, added to seen."},
+    {"setup_build", graphc_setup_build, METH_VARARGS,
+     "setup_build(TensorImpl, next_seq, CTX, note_pending, deep_cut): core/build.py's pieces."},
+    {"node1", (PyCFunction)(void (*)(void))graphc_node1, METH_FASTCALL,
+     "node1(prim, params, inputs, depth, shape, dtype, trace, bdims) -> impl: build._node1."},
     {"describe", graphc_describe, METH_VARARGS,
      "describe(ext, position) -> (ext_desc, leaves, const_groups, positions)."},
     {NULL, NULL, 0, NULL},
@@ -607,6 +813,15 @@ PyInit__graphc(void)
     str_weak = PyUnicode_InternFromString("weak");
     str_shape = PyUnicode_InternFromString("shape");
     str_position = PyUnicode_InternFromString("position");
+    str_pending = PyUnicode_InternFromString("pending");
+    empty_tuple = PyTuple_New(0);
+    for (int f = 0; f < N_IMPL_FIELDS; f++) {
+        impl_off[f] = -1;
+    }
+    if (str_pending == NULL || empty_tuple == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (str_value == NULL || str_dtype == NULL || str_weak == NULL || str_shape == NULL ||
         str_position == NULL || PyModule_AddIntConstant(m, "VERSION", GRAPHC_VERSION) < 0) {
         Py_DECREF(m);

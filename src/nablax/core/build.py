@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import _config
 from ..errors import op_error
-from . import dtypes
+from . import dtypes, graph
 from .context import CTX, note_pending
 from .graph import Literal, Node, Var, _next_seq, deeper, new_var
 from .host import ADOPT_BYTES, PY_SCALAR_TYPES, host_array, inexact
@@ -224,9 +224,13 @@ def bind_refs(prim, params: tuple, refs: tuple, avals, trace, bdims) -> list[Any
     return _node(prim, params, refs, depth + 1, avals, trace, bdims)
 
 
-def _node1(prim, params: tuple, inputs: tuple, depth: int, shape, dtype, trace, bdims):
+def _node1_py(prim, params: tuple, inputs: tuple, depth: int, shape, dtype, trace, bdims):
     """:func:`_node` of a single-output primitive (almost every node; the element-wise fast
-    entries call it directly): returns the one output impl, without an avals tuple or a loop."""
+    entries call it directly): returns the one output impl, without an avals tuple or a loop.
+
+    ``_node1`` is this function, or its compiled equivalent (core/_graphc.c's ``node1``) when the
+    optional extension is built (see graph.COMPILED); tests/core/test_graph_compiled.py compares
+    the two."""
     node = _new(Node)
     node.prim = prim
     node.params = params
@@ -254,6 +258,23 @@ def _node1(prim, params: tuple, inputs: tuple, depth: int, shape, dtype, trace, 
     if not depth & 63 and depth > _cfg_get("max_graph_depth"):  # as in _node
         realize_impls([impl], cut=True)
     return impl
+
+
+def _deep_cut(impl: TensorImpl, depth: int) -> None:
+    """The compiled ``_node1``'s check, every 64 levels, of a graph deeper than ``max_graph_depth``."""
+    if depth > _cfg_get("max_graph_depth"):
+        realize_impls([impl], cut=True)
+
+
+def _load_node1():
+    compiled = graph._compiled
+    if compiled is None:
+        return _node1_py
+    compiled.setup_build(TensorImpl, _next_seq, CTX, note_pending, _deep_cut)
+    return compiled.node1
+
+
+_node1 = _load_node1()
 
 
 def bind_unary(prim, params: tuple, x: TensorImpl, shape: tuple, dtype) -> TensorImpl:
