@@ -4,9 +4,12 @@
  * collect(roots, seen) -> seen
  * describe(ext, position) -> (ext_desc, leaves, const_groups, positions)
  * node1(prim, params, inputs, depth, shape, dtype, trace, bdims) -> impl
+ * node(prim, params, inputs, depth, avals, trace, bdims) -> [impl, ...]
+ * replay(plan_nodes, env, ext, trace, made) -> None
  *
  * Each is an exact equivalent of the pure-Python function of the same name in core/graph.py
- * (`_encode_py`, `_collect_py`, `_describe_py`; `node1` is core/build.py's `_node1_py`), which stays the reference: tests/core/test_graph_compiled.py
+ * (`_encode_py`, `_collect_py`, `_describe_py`; `node1` and `node` are core/build.py's `_node1_py`
+ * and `_node_py`, `replay` is core/transforms/plan.py's `_replay_nodes_py`), which stays the reference: tests/core/test_graph_compiled.py
  * compares the two on random graphs, and CI runs the whole Python 3.12 suite on the pure-Python
  * versions (NABLAX_PURE_PYTHON=1). The extension is built by `pip install` when a C compiler is
  * present and is optional: without it, nablax runs the Python versions.
@@ -21,7 +24,7 @@
 
 /* Bumped whenever a function's contract changes: core/graph.py uses the extension only when
  * its VERSION is the one it expects (a stale build in a source checkout is ignored). */
-#define GRAPHC_VERSION 2
+#define GRAPHC_VERSION 4
 
 static PyTypeObject *Var_Type = NULL;
 static PyTypeObject *Node_Type = NULL;
@@ -52,7 +55,7 @@ static PyTypeObject *Impl_Type = NULL;
 static PyObject *next_seq = NULL;     /* graph._next_seq */
 static PyObject *ctx = NULL;          /* context.CTX (a threading.local) */
 static PyObject *note_pending = NULL; /* context.note_pending */
-static PyObject *deep_cut = NULL;     /* build._deep_cut(impl, depth) */
+static PyObject *deep_cut = NULL;     /* build._deep_cut(impls, depth) */
 static PyObject *str_pending = NULL;
 static PyObject *empty_tuple = NULL;
 static Py_ssize_t node_off[N_NODE_FIELDS];
@@ -757,7 +760,14 @@ graphc_node1(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_DECREF(node);
     if (!(depth & 63)) { /* build._deep_cut checks max_graph_depth every 64 levels */
-        PyObject *r = PyObject_CallFunctionObjArgs(deep_cut, impl, depth_obj, NULL);
+        PyObject *one = PyList_New(1);
+        PyObject *r = NULL;
+        if (one != NULL) {
+            Py_INCREF(impl);
+            PyList_SET_ITEM(one, 0, impl);
+            r = PyObject_CallFunctionObjArgs(deep_cut, one, depth_obj, NULL);
+            Py_DECREF(one);
+        }
         if (r == NULL) {
             Py_DECREF(impl);
             return NULL;
@@ -772,6 +782,321 @@ error:
     return NULL;
 }
 
+/* (shape, dtype) of one output aval: new references, or -1 with ValueError as Python's unpacking
+ * raises it. */
+static int
+unpack_aval(PyObject *aval, PyObject **shape, PyObject **dtype)
+{
+    PyObject *f = PySequence_Fast(aval, "cannot unpack non-iterable aval");
+    if (f == NULL) {
+        return -1;
+    }
+    if (PySequence_Fast_GET_SIZE(f) != 2) {
+        PyErr_Format(PyExc_ValueError, "an aval must be (shape, dtype): got %zd values",
+                     PySequence_Fast_GET_SIZE(f));
+        Py_DECREF(f);
+        return -1;
+    }
+    *shape = PySequence_Fast_GET_ITEM(f, 0);
+    *dtype = PySequence_Fast_GET_ITEM(f, 1);
+    Py_INCREF(*shape);
+    Py_INCREF(*dtype);
+    Py_DECREF(f);
+    return 0;
+}
+
+static PyObject *
+graphc_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 7) {
+        PyErr_Format(PyExc_TypeError, "node takes 7 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (Impl_Type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nablax.core._graphc: setup_build was not called");
+        return NULL;
+    }
+    PyObject *prim = args[0], *params = args[1], *inputs = args[2], *depth_obj = args[3];
+    PyObject *avals = args[4], *trace = args[5], *bdims = args[6];
+    PyObject *fast = PySequence_Fast(avals, "node: avals must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n == 1) { /* almost every primitive: node1 */
+        PyObject *shape, *dtype;
+        if (unpack_aval(PySequence_Fast_GET_ITEM(fast, 0), &shape, &dtype) < 0) {
+            Py_DECREF(fast);
+            return NULL;
+        }
+        Py_DECREF(fast);
+        PyObject *a1[8] = {prim, params, inputs, depth_obj, shape, dtype, trace, bdims};
+        PyObject *impl = graphc_node1(self, a1, 8);
+        Py_DECREF(shape);
+        Py_DECREF(dtype);
+        if (impl == NULL) {
+            return NULL;
+        }
+        PyObject *out = PyList_New(1);
+        if (out == NULL) {
+            Py_DECREF(impl);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, 0, impl);
+        return out;
+    }
+    PyObject *node = NULL, *impls = NULL, *outs = NULL, *batch_shape = NULL, *seq = NULL;
+    Py_ssize_t depth = PyLong_AsSsize_t(depth_obj);
+    if (depth == -1 && PyErr_Occurred()) {
+        goto error;
+    }
+    seq = PyObject_CallNoArgs(next_seq);
+    if (seq == NULL) {
+        goto error;
+    }
+    node = Node_Type->tp_alloc(Node_Type, 0);
+    if (node == NULL) {
+        goto error;
+    }
+    set_field(node, node_off[F_PRIM], prim);
+    set_field(node, node_off[F_PARAMS], params);
+    set_field(node, node_off[F_INPUTS], inputs);
+    set_field(node, node_off[F_VALUES], Py_None);
+    set_field(node, node_off[F_DEPTH], depth_obj);
+    put_field(node, node_off[F_SEQ], seq);
+    seq = NULL;
+    set_field(node, node_off[F_TRACE], trace);
+    set_field(node, node_off[F_BDIMS], bdims);
+    if (trace != Py_None) {
+        PyObject *t = PySequence_Tuple(fast);
+        if (t == NULL) {
+            goto error;
+        }
+        put_field(node, node_off[F_AVALS], t);
+    }
+    if (bdims == Py_None) {
+        batch_shape = empty_tuple;
+        Py_INCREF(batch_shape);
+    }
+    else {
+        batch_shape = PySequence_GetItem(bdims, 1);
+        if (batch_shape == NULL) {
+            goto error;
+        }
+    }
+    impls = PyList_New(n);
+    outs = PyTuple_New(n);
+    if (impls == NULL || outs == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t j = 0; j < n; j++) {
+        PyObject *shape, *dtype;
+        if (unpack_aval(PySequence_Fast_GET_ITEM(fast, j), &shape, &dtype) < 0) {
+            goto error;
+        }
+        PyObject *impl = Impl_Type->tp_alloc(Impl_Type, 0);
+        PyObject *src = impl == NULL ? NULL : Var_Type->tp_alloc(Var_Type, 2);
+        PyObject *index = src == NULL ? NULL : PyLong_FromSsize_t(j);
+        if (index == NULL) {
+            Py_XDECREF(src);
+            Py_XDECREF(impl);
+            Py_DECREF(shape);
+            Py_DECREF(dtype);
+            goto error;
+        }
+        Py_INCREF(node);
+        PyTuple_SET_ITEM(src, 0, node);
+        PyTuple_SET_ITEM(src, 1, index);
+        put_field(impl, impl_off[I_SRC], src);
+        set_field(impl, impl_off[I_VALUE], Py_None);
+        set_field(impl, impl_off[I_LIT], Py_None);
+        set_field(impl, impl_off[I_SHARDING], Py_None);
+        put_field(impl, impl_off[I_SHAPE], shape);
+        put_field(impl, impl_off[I_DTYPE], dtype);
+        set_field(impl, impl_off[I_BATCH_SHAPE], batch_shape);
+        PyList_SET_ITEM(impls, j, impl);
+        PyObject *wr = PyWeakref_NewRef(impl, NULL);
+        if (wr == NULL) {
+            goto error;
+        }
+        PyTuple_SET_ITEM(outs, j, wr);
+    }
+    Py_INCREF(outs);
+    put_field(node, node_off[F_OUTS], outs);
+    /* the new outputs join this thread's pending list (note_pending's inlined fast path) */
+    PyObject *pending = PyObject_GetAttr(ctx, str_pending);
+    if (pending == NULL) {
+        goto error;
+    }
+    int bad = 0;
+    if (PyList_CheckExact(pending) && PyList_GET_SIZE(pending) + n < 4096) {
+        for (Py_ssize_t j = 0; j < n && !bad; j++) {
+            bad = PyList_Append(pending, PyTuple_GET_ITEM(outs, j)) < 0;
+        }
+    }
+    else {
+        for (Py_ssize_t j = 0; j < n && !bad; j++) {
+            PyObject *r = PyObject_CallOneArg(note_pending, PyTuple_GET_ITEM(outs, j));
+            bad = r == NULL;
+            Py_XDECREF(r);
+        }
+    }
+    Py_DECREF(pending);
+    if (bad) {
+        goto error;
+    }
+    if (!(depth & 63)) { /* build._deep_cut checks max_graph_depth every 64 levels */
+        PyObject *r = PyObject_CallFunctionObjArgs(deep_cut, impls, depth_obj, NULL);
+        if (r == NULL) {
+            goto error;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(fast);
+    Py_DECREF(node);
+    Py_DECREF(outs);
+    Py_DECREF(batch_shape);
+    return impls;
+error:
+    Py_DECREF(fast);
+    Py_XDECREF(seq);
+    Py_XDECREF(node);
+    Py_XDECREF(impls);
+    Py_XDECREF(outs);
+    Py_XDECREF(batch_shape);
+    return NULL;
+}
+
+/* The node loop of a backward plan's replay (transforms/plan.py's _replay_nodes_py). */
+static PyObject *
+graphc_replay(PyObject *self, PyObject *args)
+{
+    PyObject *nodes, *env, *ext, *trace, *made, *fast;
+    if (!PyArg_ParseTuple(args, "OO!O!OO!:replay", &nodes, &PyList_Type, &env, &PyList_Type, &ext,
+                          &trace, &PyDict_Type, &made) ||
+        !ready()) {
+        return NULL;
+    }
+    fast = PySequence_Fast(nodes, "replay: plan nodes must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyTuple_CheckExact(rec) || PyTuple_GET_SIZE(rec) != 8) {
+            PyErr_SetString(PyExc_TypeError, "replay: a plan node is an 8-tuple");
+            goto error;
+        }
+        PyObject *prim = PyTuple_GET_ITEM(rec, 0), *params = PyTuple_GET_ITEM(rec, 1);
+        PyObject *codes = PyTuple_GET_ITEM(rec, 2), *base = PyTuple_GET_ITEM(rec, 3);
+        PyObject *traced = PyTuple_GET_ITEM(rec, 4), *avals = PyTuple_GET_ITEM(rec, 5);
+        PyObject *bdims = PyTuple_GET_ITEM(rec, 6), *keep = PyTuple_GET_ITEM(rec, 7);
+        if (!PyTuple_CheckExact(codes) || !PyTuple_CheckExact(keep)) {
+            PyErr_SetString(PyExc_TypeError, "replay: codes and keep must be tuples");
+            goto error;
+        }
+        Py_ssize_t nc = PyTuple_GET_SIZE(codes);
+        PyObject *refs = PyTuple_New(nc);
+        if (refs == NULL) {
+            goto error;
+        }
+        PyObject *depth = PyLong_FromLong(0); /* the deepest input node's depth, or 0 */
+        if (depth == NULL) {
+            Py_DECREF(refs);
+            goto error;
+        }
+        for (Py_ssize_t k = 0; k < nc; k++) {
+            Py_ssize_t c = PyLong_AsSsize_t(PyTuple_GET_ITEM(codes, k));
+            if (c == -1 && PyErr_Occurred()) {
+                Py_DECREF(refs);
+                Py_XDECREF(depth);
+                goto error;
+            }
+            PyObject *src = c >= 0 ? env : ext;
+            Py_ssize_t at = c >= 0 ? c : ~c;
+            if (at >= PyList_GET_SIZE(src)) {
+                PyErr_SetString(PyExc_IndexError, "list index out of range");
+                Py_DECREF(refs);
+                Py_XDECREF(depth);
+                goto error;
+            }
+            PyObject *r = PyList_GET_ITEM(src, at);
+            Py_INCREF(r);
+            PyTuple_SET_ITEM(refs, k, r);
+            if (Py_IS_TYPE(r, Var_Type)) {
+                PyObject *d = node_get(PyTuple_GET_ITEM(r, 0), F_DEPTH);
+                int deeper = d == NULL ? -1 : PyObject_RichCompareBool(d, depth, Py_GT);
+                if (deeper < 0) {
+                    Py_XDECREF(d);
+                    Py_DECREF(refs);
+                    Py_XDECREF(depth);
+                    goto error;
+                }
+                if (deeper) {
+                    Py_XSETREF(depth, d);
+                }
+                else {
+                    Py_DECREF(d);
+                }
+            }
+        }
+        PyObject *one = PyLong_FromLong(1);
+        PyObject *depth1 = one == NULL ? NULL : PyNumber_Add(depth, one);
+        Py_XDECREF(one);
+        Py_DECREF(depth);
+        if (depth1 == NULL) {
+            Py_DECREF(refs);
+            goto error;
+        }
+        int is_traced = PyObject_IsTrue(traced);
+        if (is_traced < 0) {
+            Py_DECREF(refs);
+            Py_DECREF(depth1);
+            goto error;
+        }
+        PyObject *a[7] = {prim, params, refs, depth1, avals, is_traced ? trace : Py_None, bdims};
+        PyObject *impls = graphc_node(self, a, 7);
+        Py_DECREF(refs);
+        Py_DECREF(depth1);
+        if (impls == NULL) {
+            goto error;
+        }
+        Py_ssize_t nout = PyList_GET_SIZE(impls);
+        int bad = 0;
+        for (Py_ssize_t j = 0; j < nout && !bad; j++) {
+            /* impl.src: a fresh impl made by node(), so its slot is set */
+            PyObject *src = *(PyObject **)((char *)PyList_GET_ITEM(impls, j) + impl_off[I_SRC]);
+            bad = PyList_Append(env, src) < 0;
+        }
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(keep) && !bad; k++) {
+            PyObject *jo = PyTuple_GET_ITEM(keep, k);
+            Py_ssize_t j = PyLong_AsSsize_t(jo);
+            if (j == -1 && PyErr_Occurred()) {
+                bad = 1;
+                break;
+            }
+            if (j < 0 || j >= nout) {
+                PyErr_SetString(PyExc_IndexError, "list index out of range");
+                bad = 1;
+                break;
+            }
+            PyObject *slot = PyNumber_Add(base, jo);
+            bad = slot == NULL || PyDict_SetItem(made, slot, PyList_GET_ITEM(impls, j)) < 0;
+            Py_XDECREF(slot);
+        }
+        Py_DECREF(impls);
+        if (bad) {
+            goto error;
+        }
+    }
+    Py_DECREF(fast);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(fast);
+    return NULL;
+}
+
 static PyMethodDef graphc_methods[] = {
     {"setup", graphc_setup, METH_VARARGS,
      "setup(Var, Node, Literal): the graph IR's classes (core/graph.py calls it once)."},
@@ -783,6 +1108,10 @@ static PyMethodDef graphc_methods[] = {
      "setup_build(TensorImpl, next_seq, CTX, note_pending, deep_cut): core/build.py's pieces."},
     {"node1", (PyCFunction)(void (*)(void))graphc_node1, METH_FASTCALL,
      "node1(prim, params, inputs, depth, shape, dtype, trace, bdims) -> impl: build._node1."},
+    {"node", (PyCFunction)(void (*)(void))graphc_node, METH_FASTCALL,
+     "node(prim, params, inputs, depth, avals, trace, bdims) -> [impl, ...]: build._node."},
+    {"replay", graphc_replay, METH_VARARGS,
+     "replay(plan_nodes, env, ext, trace, made): a backward plan's nodes, rebuilt."},
     {"describe", graphc_describe, METH_VARARGS,
      "describe(ext, position) -> (ext_desc, leaves, const_groups, positions)."},
     {NULL, NULL, 0, NULL},

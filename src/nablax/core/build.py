@@ -96,7 +96,7 @@ def impl_from_array(arr: jax.Array) -> TensorImpl:
     return TensorImpl(None, arr, tuple(arr.shape), np.dtype(arr.dtype))
 
 
-def _node(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None, bdims=None):
+def _node_py(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None, bdims=None):
     """Create the node of one primitive call and a pending impl per output: every ``Node`` of the
     graph is made here (callers: the ``bind`` family below).
 
@@ -106,6 +106,9 @@ def _node(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None, bdi
     batch shape)`` when an input is vmap-batched. Returns the list of output impls. The new outputs
     join this thread's pending list, and a node deeper than ``max_graph_depth`` is computed at once
     (an automatic cut, checked every 64 levels).
+
+    ``_node`` is this function, or its compiled equivalent (core/_graphc.c's ``node``) when the
+    optional extension is built (see graph.COMPILED).
     """
     if len(avals) == 1:  # almost every primitive
         ((shape, dtype),) = avals
@@ -260,21 +263,23 @@ def _node1_py(prim, params: tuple, inputs: tuple, depth: int, shape, dtype, trac
     return impl
 
 
-def _deep_cut(impl: TensorImpl, depth: int) -> None:
-    """The compiled ``_node1``'s check, every 64 levels, of a graph deeper than ``max_graph_depth``."""
+def _deep_cut(impls: list, depth: int) -> None:
+    """The compiled constructors' check, every 64 levels, of a graph deeper than
+    ``max_graph_depth``."""
     if depth > _cfg_get("max_graph_depth"):
-        realize_impls([impl], cut=True)
+        realize_impls(impls, cut=True)
 
 
-def _load_node1():
+def _load_constructors():
+    """``(_node, _node1)``: compiled when the optional extension is built, else the Python ones."""
     compiled = graph._compiled
     if compiled is None:
-        return _node1_py
+        return _node_py, _node1_py
     compiled.setup_build(TensorImpl, _next_seq, CTX, note_pending, _deep_cut)
-    return compiled.node1
+    return compiled.node, compiled.node1
 
 
-_node1 = _load_node1()
+_node, _node1 = _load_constructors()
 
 
 def bind_unary(prim, params: tuple, x: TensorImpl, shape: tuple, dtype) -> TensorImpl:

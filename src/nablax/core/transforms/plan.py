@@ -29,7 +29,7 @@ from typing import Any
 
 from ... import _caches, _config
 from ..build import bind_refs
-from ..graph import SCALAR_TYPES, Var, encode, new_var, seq_of
+from ..graph import SCALAR_TYPES, Var, _compiled, encode, new_var, seq_of
 from ..realize import realize_impls
 from ..tensor import Tensor
 from .trace import Opaque, node_avals
@@ -249,16 +249,13 @@ def _record(fr: Frame, markers, result: dict):
     return Plan(tuple(nodes), tuple(literals), tuple(outputs))
 
 
-def replay(plan: Plan, frame: Frame, markers) -> dict:
-    """Build the recorded backward nodes on ``frame`` (with :func:`build.bind_refs`: the nodes
-    the rules made, their metadata recorded); ``{marker: cotangent tensor}``."""
-    _S.hits += 1
-    env = frame.env
+def _replay_nodes_py(nodes, env: list, ext: list, trace, made: dict) -> None:
+    """Build a plan's recorded nodes: each node's inputs from ``env`` (slot codes) and ``ext``
+    (``~i`` codes), its outputs appended to ``env``, the cotangent outputs put in ``made``
+    (slot -> impl). ``_replay_nodes`` is this function, or its compiled equivalent
+    (core/_graphc.c's ``replay``) when the optional extension is built."""
     add = env.append
-    ext = frame.ext + list(plan.literals)
-    made: dict = {}  # slot -> output impl (the cotangents, kept alive)
-    trace = frame.trace
-    for prim, params, codes, base, traced, avals, bdims, keep in plan.nodes:
+    for prim, params, codes, base, traced, avals, bdims, keep in nodes:
         refs = tuple([env[c] if c >= 0 else ext[~c] for c in codes])
         impls = bind_refs(prim, params, refs, avals, trace if traced else None, bdims)
         if len(impls) == 1:
@@ -267,6 +264,17 @@ def replay(plan: Plan, frame: Frame, markers) -> dict:
             env.extend([impl.src for impl in impls])
         for j in keep:
             made[base + j] = impls[j]
+
+
+_replay_nodes = _replay_nodes_py if _compiled is None else _compiled.replay
+
+
+def replay(plan: Plan, frame: Frame, markers) -> dict:
+    """Build the recorded backward nodes on ``frame`` (with :func:`build.bind_refs`: the nodes
+    the rules made, their metadata recorded); ``{marker: cotangent tensor}``."""
+    _S.hits += 1
+    made: dict = {}  # slot -> output impl (the cotangents, kept alive)
+    _replay_nodes(plan.nodes, frame.env, frame.ext + list(plan.literals), frame.trace, made)
     # every recorded node leads to a cotangent (_record walks back from them), so the deepest
     # node is a cotangent's
     max_depth = max((impl.src[0].depth for impl in made.values()), default=0)
