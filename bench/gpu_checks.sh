@@ -19,7 +19,11 @@ if ! "$PY" -c "import jax, sys; sys.exit(0 if jax.default_backend() == 'gpu' els
     exit 2
 fi
 mkdir -p "$OUT"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
+# The compiled graph walks (src/nablax/core/_graphc.c), built in place when the machine has a C
+# compiler and the Python headers; otherwise nablax runs the pure-Python ones (said below).
+"$PY" setup.py -q build_ext --inplace >"$OUT/build_ext.txt" 2>&1 || echo "gpu_checks: C extension not built (see $OUT/build_ext.txt)"
+{ "$PY" -c "from nablax.core import graph; print('graph walks', 'compiled' if graph.COMPILED else 'pure Python')"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null
   "$PY" -c "import jax, jaxlib; print('jax', jax.__version__, 'jaxlib', jaxlib.__version__, jax.devices())"
   "$PY" -c "import torch; print('torch', torch.__version__, torch.version.cuda)" 2>/dev/null
 } | tee "$OUT/environment.txt"
