@@ -117,11 +117,13 @@ class Cache:
     def get(self, key: Hashable, default: Any = None) -> Any:
         """The value stored for ``key`` (marked most recently used), else ``default``."""
         with self._lock:
-            value = self._data.get(key, _MISSING)
+            # taken out and put back at the end: one comparison of the key with the stored one
+            # (get and move_to_end would compare twice; structure keys are long tuples)
+            value = self._data.pop(key, _MISSING)
             if value is _MISSING:
                 self.misses += 1
                 return default
-            self._data.move_to_end(key)
+            self._data[key] = value
             self.hits += 1
             return value
 
@@ -142,9 +144,9 @@ class Cache:
         """The value for ``key``, computing and storing ``make()`` on a miss (under the lock, so
         concurrent callers make it once)."""
         with self._lock:
-            value = self._data.get(key, _MISSING)
+            value = self._data.pop(key, _MISSING)  # and put back at the end, as in get
             if value is not _MISSING:
-                self._data.move_to_end(key)
+                self._data[key] = value
                 self.hits += 1
                 return value
             self.misses += 1
@@ -191,6 +193,26 @@ class Cache:
             return CacheStats(
                 self.name, self.hits, self.misses, len(self._data), self.maxsize, self.evictions
             )
+
+
+class HashedTuple(tuple):
+    """A tuple that hashes its contents once, when made: for long structure keys (a program's
+    or a backward plan's steps) that a :class:`Cache` hashes on every lookup and insertion.
+
+    >>> k = HashedTuple(((1, 2), ("a",)))
+    >>> k == ((1, 2), ("a",)) and hash(k) == hash(((1, 2), ("a",)))
+    True
+    """
+
+    _hash: int  # (a tuple subclass cannot have non-empty __slots__)
+
+    def __new__(cls, parts: tuple):
+        self = super().__new__(cls, parts)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 class DictCache:

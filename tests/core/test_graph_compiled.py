@@ -1,5 +1,7 @@
 """The optional compiled graph walks (core/_graphc.c) against their pure-Python references
-(core/graph.py's ``_encode_py``, ``_collect_py``, ``_describe_py``).
+(core/graph.py's ``_encode_py``, ``_collect_py``, ``_describe_py``; core/build.py's
+``_node1_py``, ``_node_py``, ``_meta_py``; transforms/trace.py's ``_collect_py``; transforms/
+plan.py's ``_replay_nodes_py``).
 
 Both versions are run here whichever one nablax uses (``NABLAX_PURE_PYTHON=1`` picks the Python
 ones; CI runs its Python 3.12 suite that way): on random graphs built node by node (multi-output
@@ -51,6 +53,11 @@ def test_the_environment_variable_selects_the_pure_python_walks():
         "assert graph.encode is graph._encode_py and graph.collect is graph._collect_py\n"
         "assert realize._collect is graph._collect_py and realize.encode is graph._encode_py\n"
         "assert realize.describe is graph._describe_py\n"
+        "from nablax.core import build\n"
+        "from nablax.core.transforms import trace, plan\n"
+        "assert build._meta is build._meta_py and build._node1 is build._node1_py\n"
+        "assert trace.collect is trace._collect_py\n"
+        "assert plan._replay_nodes is plan._replay_nodes_py and plan._scan is plan._scan_py\n"
         "import nablax as nx\n"
         "x = nx.arange(6.0).reshape(2, 3)\n"
         "assert (x * 2 + 1).sum().item() == 36.0\n"
@@ -80,6 +87,12 @@ def test_the_module_uses_the_compiled_walks_when_built():
         assert graph.COMPILED
         assert graph.encode is _graphc.encode and graph.collect is _graphc.collect
         assert graph.describe is _graphc.describe
+        from nablax.core import build
+        from nablax.core.transforms import plan, trace
+
+        assert build._meta is _graphc.meta and build._node1 is _graphc.node1
+        assert trace.collect is _graphc.trace_collect
+        assert plan._replay_nodes is _graphc.replay and plan._scan is _graphc.plan_scan
 
 
 # --- random graphs -------------------------------------------------------------------------
@@ -291,6 +304,182 @@ def test_real_program_graphs_encode_alike(case):
     _same_objects(d_py[3], d_c[3])
     for t in outs:  # and the values are right whichever walks realized them
         t.numpy()
+
+
+# --- traced graphs: the reverse pass's walk, and a node's metadata --------------------------
+
+
+def _traced_graph(seed):
+    """A random graph whose nodes belong to nested traces or to none, with integer seqs (or, for
+    some seeds, float seqs and ties, which the compiled sort hands back to Python's)."""
+    nodes, outside, keep = _random_graph(seed)
+    rng = random.Random(seed + 7)
+    root = graph.Trace(None)
+    traces = [root, graph.Trace(root), graph.Trace(graph.Trace(root))]
+    for n in nodes + outside:
+        n.trace = rng.choice([None, *traces, traces[0]])
+        n.depth = rng.randint(1, 9)
+    if seed % 5 == 0:
+        for n in nodes:
+            n.seq = float(n.seq // 3)  # ties: the discovery order must decide, as sorted() does
+    elif seed % 5 == 1:
+        for n in nodes:
+            n.seq = n.seq + 2**70  # past a C long long
+    return nodes, outside, keep, traces
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_trace_collect_matches_the_python_reference(seed):
+    from nablax.core.transforms import trace
+
+    nodes, outside, _keep, _traces = _traced_graph(seed)
+    rng = random.Random(seed + 2000)
+    roots = rng.sample(nodes + outside, k=rng.randint(1, 5))
+    stop = rng.sample(nodes, k=rng.randint(0, 6))
+    stop = set(stop) if seed % 2 else dict.fromkeys(stop)
+    for n in rng.sample(nodes, k=3):
+        if seed % 3 == 0:
+            n.inputs = None  # a realized node whose inputs were freed
+    got_py = trace._collect_py(iter(roots) if seed % 4 == 1 else roots, stop)
+    got_c = _graphc.trace_collect(iter(roots) if seed % 4 == 1 else roots, stop)
+    assert type(got_c) is list
+    _same_objects(got_c, got_py)
+
+
+@needs_c
+def test_trace_collect_errors_match_the_python_reference():
+    from nablax.core.transforms import trace
+
+    nodes, _outside, _keep, _traces = _traced_graph(2)
+    traced = [n for n in nodes if n.trace is not None and n.inputs]
+    bad = _copy(traced[-1])
+    del bad.seq  # an unset slot
+    cases = [([object()], {}), ([bad], {}), (5, {}), (traced[-1:], 5)]
+    for roots, stop in cases:
+        e_py, e_c = (
+            _error(trace._collect_py, roots, stop),
+            _error(_graphc.trace_collect, roots, stop),
+        )
+        assert e_py is not None and e_c is e_py, (roots, stop, e_py, e_c)
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(30))
+def test_plan_scan_matches_the_python_reference(seed):
+    from nablax.core.transforms import plan
+    from nablax.core.transforms.trace import Opaque
+
+    nodes, _outside, _keep, traces = _traced_graph(seed)
+    rng = random.Random(seed + 4000)
+    trace = traces[seed % 3]
+    for n in nodes:
+        n.trace = trace
+    if seed % 4 == 1:
+        rng.choice(nodes).trace = rng.choice([None, traces[(seed + 1) % 3]])  # another trace
+    if seed % 4 == 2:
+        rng.choice(nodes).params = (1, Opaque(object()))  # a user rule: never planned
+    if seed % 4 == 3:
+        rng.choice(nodes).params = (Opaque(object()), 1)  # an Opaque not last: planned
+    markers = rng.sample(nodes, k=4)
+    markers = set(markers) if seed % 2 else dict.fromkeys(markers)
+    order = nodes if seed % 3 else tuple(nodes)
+    got_py = plan._scan_py(order, markers, trace, Opaque)
+    got_c = _graphc.plan_scan(order, markers, trace, Opaque)
+    assert (got_py is None) == (got_c is None) == (seed % 4 in (1, 2))
+    if got_py is not None:
+        (env_py, flags_py), (env_c, flags_c) = got_py, got_c
+        assert type(env_c) is list and type(flags_c) is tuple
+        assert env_c == env_py and all(type(v) is Var for v in env_c)
+        assert [v[0] for v in env_c] == [v[0] for v in env_py]  # the same nodes
+        assert flags_c == flags_py and len(flags_c) == len(nodes)
+
+
+@needs_c
+def test_plan_scan_errors_match_the_python_reference():
+    from nablax.core.transforms import plan
+    from nablax.core.transforms.trace import Opaque
+
+    nodes, _outside, _keep, traces = _traced_graph(5)
+    for n in nodes:
+        n.trace = traces[0]
+    no_outs = _copy(nodes[0])
+    del no_outs.outs
+    odd_params = _copy(nodes[1])
+    odd_params.params = 5  # not a sequence
+    for order, markers in [(5, {}), ([no_outs], {}), ([odd_params], {}), (nodes[:3], 5)]:
+        args = (order, markers, traces[0], Opaque)
+        e_py, e_c = _error(plan._scan_py, *args), _error(_graphc.plan_scan, *args)
+        assert e_py is not None and e_c is e_py, (order, markers, e_py, e_c)
+
+
+def _impl(rng, nodes):
+    """A real TensorImpl: pending (a node's output), computed (a leaf with a literal), batched."""
+    from nablax.core.build import TensorImpl
+
+    impl = object.__new__(TensorImpl)
+    impl.value = impl.sharding = None
+    impl.shape, impl.dtype = (2,), np.dtype(np.float32)
+    impl.batch_shape = rng.choice([(), (), (3,), (2, 2)])
+    if rng.random() < 0.35:
+        impl.src, impl.lit = None, Literal(np.ones(2, np.float32), np.float32)
+    else:
+        m = rng.choice(nodes)
+        impl.src, impl.lit = new_var(Var, (m, rng.randrange(len(m.outs)))), None
+    return impl
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_meta_matches_the_python_reference(seed):
+    from nablax.core import build
+
+    _graphc.setup_build(
+        build.TensorImpl, graph._next_seq, build.CTX, build.note_pending, build._deep_cut
+    )
+    nodes, outside, _keep, _traces = _traced_graph(seed)
+    rng = random.Random(seed + 3000)
+    for _ in range(20):
+        inputs = []
+        for _ in range(rng.randint(0, 6)):
+            r = rng.random()
+            if r < 0.4:
+                inputs.append(_impl(rng, nodes + outside))
+            elif r < 0.8:
+                m = rng.choice(nodes + outside)
+                inputs.append(new_var(Var, (m, rng.randrange(len(m.outs)))))
+            else:
+                inputs.append(Literal(rng.choice([1, 2.5, np.ones(2)]), np.float32))
+        if rng.random() < 0.5:
+            inputs = tuple(inputs)
+        refs_py, depth_py, trace_py, b_py = build._meta_py(inputs)
+        refs_c, depth_c, trace_c, b_c = _graphc.meta(inputs)
+        assert type(refs_c) is tuple
+        _same_objects(refs_c, refs_py)
+        assert depth_c == depth_py and type(depth_c) is int
+        assert trace_c is trace_py and b_c is b_py
+
+
+@needs_c
+def test_meta_errors_match_the_python_reference():
+    from nablax.core import build
+
+    nodes, _outside, _keep, traces = _traced_graph(4)
+    no_depth = _copy(nodes[0])
+    del no_depth.depth
+    odd_trace = _copy(nodes[1])
+    odd_trace.trace = object()  # no .level to compare
+    deeper = _copy(nodes[2])
+    deeper.trace = traces[2]
+    cases = [
+        5,
+        [object()],
+        [new_var(Var, (no_depth, 0))],
+        [new_var(Var, (deeper, 0)), new_var(Var, (odd_trace, 0))],
+    ]
+    for inputs in cases:
+        e_py, e_c = _error(build._meta_py, inputs), _error(_graphc.meta, inputs)
+        assert e_py is not None and e_c is e_py, (inputs, e_py, e_c)
 
 
 # --- building a node -----------------------------------------------------------------------

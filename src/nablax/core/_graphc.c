@@ -6,10 +6,16 @@
  * node1(prim, params, inputs, depth, shape, dtype, trace, bdims) -> impl
  * node(prim, params, inputs, depth, avals, trace, bdims) -> [impl, ...]
  * replay(plan_nodes, env, ext, trace, made) -> None
+ * meta(inputs) -> (refs, depth, trace, batched)
+ * trace_collect(roots, stop) -> [node, ...]
+ * plan_scan(order, markers, trace, opaque) -> (env, flags) | None
  *
  * Each is an exact equivalent of the pure-Python function of the same name in core/graph.py
  * (`_encode_py`, `_collect_py`, `_describe_py`; `node1` and `node` are core/build.py's `_node1_py`
- * and `_node_py`, `replay` is core/transforms/plan.py's `_replay_nodes_py`), which stays the reference: tests/core/test_graph_compiled.py
+ * and `_node_py`, `meta` is its `_meta_py`, `replay` is core/transforms/plan.py's
+ * `_replay_nodes_py`, `plan_scan` its `_scan_py`, and `trace_collect` core/transforms/trace.py's
+ * `_collect_py`), which stays
+ * the reference: tests/core/test_graph_compiled.py
  * compares the two on random graphs, and CI runs the whole Python 3.12 suite on the pure-Python
  * versions (NABLAX_PURE_PYTHON=1). The extension is built by `pip install` when a C compiler is
  * present and is optional: without it, nablax runs the Python versions.
@@ -24,7 +30,7 @@
 
 /* Bumped whenever a function's contract changes: core/graph.py uses the extension only when
  * its VERSION is the one it expects (a stale build in a source checkout is ignored). */
-#define GRAPHC_VERSION 4
+#define GRAPHC_VERSION 6
 
 static PyTypeObject *Var_Type = NULL;
 static PyTypeObject *Node_Type = NULL;
@@ -63,6 +69,9 @@ static PyObject *node_field_str[N_NODE_FIELDS];
 static Py_ssize_t literal_value_off = -1, literal_dtype_off = -1, literal_weak_off = -1;
 static PyObject *str_value = NULL, *str_dtype = NULL, *str_weak = NULL, *str_shape = NULL;
 static PyObject *str_position = NULL;
+static PyObject *str_level = NULL;
+static PyObject *flag_pairs[2][2]; /* (computed, marker) pairs of plan_scan */
+static PyObject *impl_field_str[N_IMPL_FIELDS];
 
 /* The offset of a __slots__ member `name` of `tp`, or -1 (then fields are read by getattr). */
 static Py_ssize_t
@@ -656,44 +665,18 @@ put_field(PyObject *o, Py_ssize_t off, PyObject *v)
     Py_XDECREF(old);
 }
 
+/* A new Node with every field set but `outs` (and `avals`, which the caller sets when traced),
+ * numbered by graph._next_seq first, as the Python constructors do. */
 static PyObject *
-graphc_node1(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+make_node(PyObject *prim, PyObject *params, PyObject *inputs, PyObject *depth_obj,
+          PyObject *trace, PyObject *bdims)
 {
-    if (nargs != 8) {
-        PyErr_Format(PyExc_TypeError, "node1 takes 8 arguments (%zd given)", nargs);
-        return NULL;
-    }
-    if (Impl_Type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "nablax.core._graphc: setup_build was not called");
-        return NULL;
-    }
-    PyObject *prim = args[0], *params = args[1], *inputs = args[2], *depth_obj = args[3];
-    PyObject *shape = args[4], *dtype = args[5], *trace = args[6], *bdims = args[7];
-    Py_ssize_t depth = PyLong_AsSsize_t(depth_obj);
-    if (depth == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    PyObject *batch_shape;
-    if (bdims == Py_None) {
-        batch_shape = empty_tuple;
-        Py_INCREF(batch_shape);
-    }
-    else {
-        batch_shape = PySequence_GetItem(bdims, 1); /* bdims[1] */
-        if (batch_shape == NULL) {
-            return NULL;
-        }
-    }
     PyObject *seq = PyObject_CallNoArgs(next_seq);
     if (seq == NULL) {
-        Py_DECREF(batch_shape);
         return NULL;
     }
     PyObject *node = Node_Type->tp_alloc(Node_Type, 0);
-    PyObject *impl = node == NULL ? NULL : Impl_Type->tp_alloc(Impl_Type, 0);
-    if (impl == NULL) {
-        Py_XDECREF(node);
-        Py_DECREF(batch_shape);
+    if (node == NULL) {
         Py_DECREF(seq);
         return NULL;
     }
@@ -705,6 +688,118 @@ graphc_node1(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     put_field(node, node_off[F_SEQ], seq);
     set_field(node, node_off[F_TRACE], trace);
     set_field(node, node_off[F_BDIMS], bdims);
+    return node;
+}
+
+/* The batch shape of a node's outputs: () without bdims, else bdims[1] (a new reference). */
+static PyObject *
+out_batch_shape(PyObject *bdims)
+{
+    if (bdims == Py_None) {
+        Py_INCREF(empty_tuple);
+        return empty_tuple;
+    }
+    return PySequence_GetItem(bdims, 1);
+}
+
+/* A new pending TensorImpl for output j of node (shape, dtype and batch_shape are borrowed). */
+static PyObject *
+make_impl(PyObject *node, Py_ssize_t j, PyObject *shape, PyObject *dtype, PyObject *batch_shape)
+{
+    PyObject *impl = Impl_Type->tp_alloc(Impl_Type, 0);
+    PyObject *src = impl == NULL ? NULL : Var_Type->tp_alloc(Var_Type, 2); /* Var((node, j)) */
+    PyObject *index = src == NULL ? NULL : PyLong_FromSsize_t(j);
+    if (index == NULL) {
+        Py_XDECREF(src);
+        Py_XDECREF(impl);
+        return NULL;
+    }
+    Py_INCREF(node);
+    PyTuple_SET_ITEM(src, 0, node);
+    PyTuple_SET_ITEM(src, 1, index);
+    put_field(impl, impl_off[I_SRC], src);
+    set_field(impl, impl_off[I_VALUE], Py_None);
+    set_field(impl, impl_off[I_LIT], Py_None);
+    set_field(impl, impl_off[I_SHARDING], Py_None);
+    set_field(impl, impl_off[I_SHAPE], shape);
+    set_field(impl, impl_off[I_DTYPE], dtype);
+    set_field(impl, impl_off[I_BATCH_SHAPE], batch_shape);
+    return impl;
+}
+
+/* The weak references of `outs` (a tuple) join this thread's pending list (note_pending's inlined
+ * fast path while the list is short). Returns 0, or -1 on error. */
+static int
+join_pending(PyObject *outs)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(outs);
+    PyObject *pending = PyObject_GetAttr(ctx, str_pending);
+    if (pending == NULL) {
+        return -1;
+    }
+    int bad = 0;
+    if (PyList_CheckExact(pending) && PyList_GET_SIZE(pending) + n < 4096) {
+        for (Py_ssize_t j = 0; j < n && !bad; j++) {
+            bad = PyList_Append(pending, PyTuple_GET_ITEM(outs, j)) < 0;
+        }
+    }
+    else {
+        for (Py_ssize_t j = 0; j < n && !bad; j++) {
+            PyObject *r = PyObject_CallOneArg(note_pending, PyTuple_GET_ITEM(outs, j));
+            bad = r == NULL;
+            Py_XDECREF(r);
+        }
+    }
+    Py_DECREF(pending);
+    return bad ? -1 : 0;
+}
+
+/* build._deep_cut(impls, depth), called every 64 levels (it checks max_graph_depth). */
+static int
+check_depth(PyObject *impls, Py_ssize_t depth, PyObject *depth_obj)
+{
+    if (depth & 63) {
+        return 0;
+    }
+    PyObject *r = PyObject_CallFunctionObjArgs(deep_cut, impls, depth_obj, NULL);
+    if (r == NULL) {
+        return -1;
+    }
+    Py_DECREF(r);
+    return 0;
+}
+
+static int
+build_ready(void)
+{
+    if (Impl_Type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nablax.core._graphc: setup_build was not called");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+graphc_node1(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "node1 takes 8 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!build_ready()) {
+        return NULL;
+    }
+    PyObject *prim = args[0], *params = args[1], *inputs = args[2], *depth_obj = args[3];
+    PyObject *shape = args[4], *dtype = args[5], *trace = args[6], *bdims = args[7];
+    PyObject *batch_shape = NULL, *impl = NULL, *outs = NULL, *one = NULL;
+    Py_ssize_t depth = PyLong_AsSsize_t(depth_obj);
+    if (depth == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *node = make_node(prim, params, inputs, depth_obj, trace, bdims);
+    if (node == NULL) {
+        return NULL;
+    }
     if (trace != Py_None) {
         PyObject *aval = PyTuple_Pack(2, shape, dtype);
         PyObject *avals = aval == NULL ? NULL : PyTuple_Pack(1, aval);
@@ -714,71 +809,44 @@ graphc_node1(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         put_field(node, node_off[F_AVALS], avals);
     }
-    PyObject *src = Var_Type->tp_alloc(Var_Type, 2); /* tuple.__new__(Var, (node, 0)) */
-    if (src == NULL) {
+    batch_shape = out_batch_shape(bdims);
+    impl = batch_shape == NULL ? NULL : make_impl(node, 0, shape, dtype, batch_shape);
+    if (impl == NULL) {
         goto error;
     }
-    Py_INCREF(node);
-    PyTuple_SET_ITEM(src, 0, node);
-    PyTuple_SET_ITEM(src, 1, PyLong_FromLong(0));
-    put_field(impl, impl_off[I_SRC], src);
-    set_field(impl, impl_off[I_VALUE], Py_None);
-    set_field(impl, impl_off[I_LIT], Py_None);
-    set_field(impl, impl_off[I_SHARDING], Py_None);
-    set_field(impl, impl_off[I_SHAPE], shape);
-    set_field(impl, impl_off[I_DTYPE], dtype);
-    put_field(impl, impl_off[I_BATCH_SHAPE], batch_shape);
-    batch_shape = NULL;
-    PyObject *wr = PyWeakref_NewRef(impl, NULL);
+    outs = PyTuple_New(1);
+    PyObject *wr = outs == NULL ? NULL : PyWeakref_NewRef(impl, NULL);
     if (wr == NULL) {
         goto error;
     }
-    PyObject *outs = PyTuple_Pack(1, wr);
-    if (outs == NULL) {
-        Py_DECREF(wr);
-        goto error;
-    }
+    PyTuple_SET_ITEM(outs, 0, wr);
+    Py_INCREF(outs);
     put_field(node, node_off[F_OUTS], outs);
-    /* the new output joins this thread's pending list (note_pending's inlined fast path) */
-    PyObject *pending = PyObject_GetAttr(ctx, str_pending);
-    int bad;
-    if (pending != NULL && PyList_CheckExact(pending) && PyList_GET_SIZE(pending) < 4096) {
-        bad = PyList_Append(pending, wr) < 0;
-    }
-    else if (pending != NULL) {
-        PyObject *r = PyObject_CallOneArg(note_pending, wr);
-        bad = r == NULL;
-        Py_XDECREF(r);
-    }
-    else {
-        bad = 1;
-    }
-    Py_XDECREF(pending);
-    Py_DECREF(wr);
-    if (bad) {
+    if (join_pending(outs) < 0) {
         goto error;
     }
-    Py_DECREF(node);
-    if (!(depth & 63)) { /* build._deep_cut checks max_graph_depth every 64 levels */
-        PyObject *one = PyList_New(1);
-        PyObject *r = NULL;
-        if (one != NULL) {
-            Py_INCREF(impl);
-            PyList_SET_ITEM(one, 0, impl);
-            r = PyObject_CallFunctionObjArgs(deep_cut, one, depth_obj, NULL);
-            Py_DECREF(one);
+    if (!(depth & 63)) {
+        one = PyList_New(1);
+        if (one == NULL) {
+            goto error;
         }
-        if (r == NULL) {
-            Py_DECREF(impl);
-            return NULL;
+        Py_INCREF(impl);
+        PyList_SET_ITEM(one, 0, impl);
+        if (check_depth(one, depth, depth_obj) < 0) {
+            goto error;
         }
-        Py_DECREF(r);
     }
+    Py_XDECREF(one);
+    Py_DECREF(outs);
+    Py_DECREF(batch_shape);
+    Py_DECREF(node);
     return impl;
 error:
+    Py_XDECREF(one);
+    Py_XDECREF(outs);
+    Py_XDECREF(impl);
     Py_XDECREF(batch_shape);
     Py_DECREF(node);
-    Py_DECREF(impl);
     return NULL;
 }
 
@@ -812,8 +880,7 @@ graphc_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_TypeError, "node takes 7 arguments (%zd given)", nargs);
         return NULL;
     }
-    if (Impl_Type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "nablax.core._graphc: setup_build was not called");
+    if (!build_ready()) {
         return NULL;
     }
     PyObject *prim = args[0], *params = args[1], *inputs = args[2], *depth_obj = args[3];
@@ -845,28 +912,15 @@ graphc_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyList_SET_ITEM(out, 0, impl);
         return out;
     }
-    PyObject *node = NULL, *impls = NULL, *outs = NULL, *batch_shape = NULL, *seq = NULL;
+    PyObject *node = NULL, *impls = NULL, *outs = NULL, *batch_shape = NULL;
     Py_ssize_t depth = PyLong_AsSsize_t(depth_obj);
     if (depth == -1 && PyErr_Occurred()) {
         goto error;
     }
-    seq = PyObject_CallNoArgs(next_seq);
-    if (seq == NULL) {
-        goto error;
-    }
-    node = Node_Type->tp_alloc(Node_Type, 0);
+    node = make_node(prim, params, inputs, depth_obj, trace, bdims);
     if (node == NULL) {
         goto error;
     }
-    set_field(node, node_off[F_PRIM], prim);
-    set_field(node, node_off[F_PARAMS], params);
-    set_field(node, node_off[F_INPUTS], inputs);
-    set_field(node, node_off[F_VALUES], Py_None);
-    set_field(node, node_off[F_DEPTH], depth_obj);
-    put_field(node, node_off[F_SEQ], seq);
-    seq = NULL;
-    set_field(node, node_off[F_TRACE], trace);
-    set_field(node, node_off[F_BDIMS], bdims);
     if (trace != Py_None) {
         PyObject *t = PySequence_Tuple(fast);
         if (t == NULL) {
@@ -874,15 +928,9 @@ graphc_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         put_field(node, node_off[F_AVALS], t);
     }
-    if (bdims == Py_None) {
-        batch_shape = empty_tuple;
-        Py_INCREF(batch_shape);
-    }
-    else {
-        batch_shape = PySequence_GetItem(bdims, 1);
-        if (batch_shape == NULL) {
-            goto error;
-        }
+    batch_shape = out_batch_shape(bdims);
+    if (batch_shape == NULL) {
+        goto error;
     }
     impls = PyList_New(n);
     outs = PyTuple_New(n);
@@ -894,26 +942,12 @@ graphc_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (unpack_aval(PySequence_Fast_GET_ITEM(fast, j), &shape, &dtype) < 0) {
             goto error;
         }
-        PyObject *impl = Impl_Type->tp_alloc(Impl_Type, 0);
-        PyObject *src = impl == NULL ? NULL : Var_Type->tp_alloc(Var_Type, 2);
-        PyObject *index = src == NULL ? NULL : PyLong_FromSsize_t(j);
-        if (index == NULL) {
-            Py_XDECREF(src);
-            Py_XDECREF(impl);
-            Py_DECREF(shape);
-            Py_DECREF(dtype);
+        PyObject *impl = make_impl(node, j, shape, dtype, batch_shape);
+        Py_DECREF(shape);
+        Py_DECREF(dtype);
+        if (impl == NULL) {
             goto error;
         }
-        Py_INCREF(node);
-        PyTuple_SET_ITEM(src, 0, node);
-        PyTuple_SET_ITEM(src, 1, index);
-        put_field(impl, impl_off[I_SRC], src);
-        set_field(impl, impl_off[I_VALUE], Py_None);
-        set_field(impl, impl_off[I_LIT], Py_None);
-        set_field(impl, impl_off[I_SHARDING], Py_None);
-        put_field(impl, impl_off[I_SHAPE], shape);
-        put_field(impl, impl_off[I_DTYPE], dtype);
-        set_field(impl, impl_off[I_BATCH_SHAPE], batch_shape);
         PyList_SET_ITEM(impls, j, impl);
         PyObject *wr = PyWeakref_NewRef(impl, NULL);
         if (wr == NULL) {
@@ -923,34 +957,8 @@ graphc_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_INCREF(outs);
     put_field(node, node_off[F_OUTS], outs);
-    /* the new outputs join this thread's pending list (note_pending's inlined fast path) */
-    PyObject *pending = PyObject_GetAttr(ctx, str_pending);
-    if (pending == NULL) {
+    if (join_pending(outs) < 0 || check_depth(impls, depth, depth_obj) < 0) {
         goto error;
-    }
-    int bad = 0;
-    if (PyList_CheckExact(pending) && PyList_GET_SIZE(pending) + n < 4096) {
-        for (Py_ssize_t j = 0; j < n && !bad; j++) {
-            bad = PyList_Append(pending, PyTuple_GET_ITEM(outs, j)) < 0;
-        }
-    }
-    else {
-        for (Py_ssize_t j = 0; j < n && !bad; j++) {
-            PyObject *r = PyObject_CallOneArg(note_pending, PyTuple_GET_ITEM(outs, j));
-            bad = r == NULL;
-            Py_XDECREF(r);
-        }
-    }
-    Py_DECREF(pending);
-    if (bad) {
-        goto error;
-    }
-    if (!(depth & 63)) { /* build._deep_cut checks max_graph_depth every 64 levels */
-        PyObject *r = PyObject_CallFunctionObjArgs(deep_cut, impls, depth_obj, NULL);
-        if (r == NULL) {
-            goto error;
-        }
-        Py_DECREF(r);
     }
     Py_DECREF(fast);
     Py_DECREF(node);
@@ -959,7 +967,6 @@ graphc_node(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return impls;
 error:
     Py_DECREF(fast);
-    Py_XDECREF(seq);
     Py_XDECREF(node);
     Py_XDECREF(impls);
     Py_XDECREF(outs);
@@ -1097,6 +1104,415 @@ error:
     return NULL;
 }
 
+/* A new reference to field `f` of TensorImpl `o`. */
+static inline PyObject *
+impl_get(PyObject *o, int f)
+{
+    if (Py_IS_TYPE(o, Impl_Type) && impl_off[f] >= 0) {
+        PyObject *v = *(PyObject **)((char *)o + impl_off[f]);
+        if (v != NULL) {
+            Py_INCREF(v);
+            return v;
+        }
+    }
+    return PyObject_GetAttr(o, impl_field_str[f]);
+}
+
+/* `a.level > b.level` for two traces: 1, 0, or -1 on error. */
+static int
+deeper_level(PyObject *a, PyObject *b)
+{
+    PyObject *la = PyObject_GetAttr(a, str_level);
+    PyObject *lb = la == NULL ? NULL : PyObject_GetAttr(b, str_level);
+    int r = lb == NULL ? -1 : PyObject_RichCompareBool(la, lb, Py_GT);
+    Py_XDECREF(la);
+    Py_XDECREF(lb);
+    return r;
+}
+
+/* build._meta_py: (refs, depth, trace, batched) of a node on `inputs`. */
+static PyObject *
+graphc_meta(PyObject *self, PyObject *inputs)
+{
+    if (!ready() || !build_ready()) {
+        return NULL;
+    }
+    PyObject *fast = PySequence_Fast(inputs, "meta: inputs must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    PyObject *refs = PyTuple_New(n);
+    PyObject *depth = PyLong_FromLong(0); /* the deepest input node's depth, or 0 */
+    PyObject *trace = Py_None;            /* the deepest trace among them */
+    int batched = 0;
+    Py_INCREF(trace);
+    if (refs == NULL || depth == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *i = items[k], *src;
+        if (Py_IS_TYPE(i, Literal_Type)) {
+            Py_INCREF(i);
+            PyTuple_SET_ITEM(refs, k, i);
+            continue;
+        }
+        if (Py_IS_TYPE(i, Var_Type)) {
+            src = i;
+            Py_INCREF(src);
+        }
+        else {
+            PyObject *bs = impl_get(i, I_BATCH_SHAPE);
+            int b = bs == NULL ? -1 : PyObject_IsTrue(bs);
+            Py_XDECREF(bs);
+            if (b < 0) {
+                goto error;
+            }
+            batched |= b;
+            src = impl_get(i, I_SRC);
+            if (src == NULL) {
+                goto error;
+            }
+            if (src == Py_None) {
+                Py_DECREF(src);
+                PyObject *lit = impl_get(i, I_LIT);
+                if (lit == NULL) {
+                    goto error;
+                }
+                PyTuple_SET_ITEM(refs, k, lit);
+                continue;
+            }
+        }
+        PyTuple_SET_ITEM(refs, k, src); /* steals */
+        PyObject *node = PySequence_GetItem(src, 0);
+        if (node == NULL) {
+            goto error;
+        }
+        PyObject *d = node_get(node, F_DEPTH);
+        int deeper = d == NULL ? -1 : PyObject_RichCompareBool(d, depth, Py_GT);
+        if (deeper < 0) {
+            Py_XDECREF(d);
+            Py_DECREF(node);
+            goto error;
+        }
+        if (deeper) {
+            Py_SETREF(depth, d);
+        }
+        else {
+            Py_DECREF(d);
+        }
+        PyObject *t = node_get(node, F_TRACE);
+        Py_DECREF(node);
+        if (t == NULL) {
+            goto error;
+        }
+        if (t != Py_None && t != trace) {
+            int take = trace == Py_None ? 1 : deeper_level(t, trace);
+            if (take < 0) {
+                Py_DECREF(t);
+                goto error;
+            }
+            if (take) {
+                Py_SETREF(trace, t);
+                continue;
+            }
+        }
+        Py_DECREF(t);
+    }
+    Py_DECREF(fast);
+    PyObject *out = Py_BuildValue("(NNNO)", refs, depth, trace, batched ? Py_True : Py_False);
+    return out;
+error:
+    Py_DECREF(fast);
+    Py_XDECREF(refs);
+    Py_XDECREF(depth);
+    Py_XDECREF(trace);
+    return NULL;
+}
+
+/* One entry of trace_collect's sort: a node's seq, its discovery index (ties keep discovery
+ * order, as Python's stable sort does) and the node. */
+typedef struct {
+    long long seq;
+    Py_ssize_t index;
+    PyObject *node;
+} seq_entry;
+
+static int
+seq_entry_cmp(const void *a, const void *b)
+{
+    const seq_entry *x = a, *y = b;
+    if (x->seq != y->seq) {
+        return x->seq < y->seq ? -1 : 1;
+    }
+    return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+/* `nodes` (a list) sorted by `node.seq`, stably: in place. Returns 0, or -1 on error. */
+static int
+sort_by_seq(PyObject *nodes)
+{
+    Py_ssize_t n = PyList_GET_SIZE(nodes);
+    seq_entry *e = PyMem_New(seq_entry, n > 0 ? n : 1);
+    int exact = 1;
+    if (e == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < n && exact; k++) {
+        PyObject *node = PyList_GET_ITEM(nodes, k);
+        PyObject *seq = node_get(node, F_SEQ);
+        if (seq == NULL) {
+            PyMem_Free(e);
+            return -1;
+        }
+        int overflow = 0;
+        long long v = PyLong_CheckExact(seq) ? PyLong_AsLongLongAndOverflow(seq, &overflow) : 0;
+        exact = PyLong_CheckExact(seq) && !overflow && !(v == -1 && PyErr_Occurred());
+        Py_DECREF(seq);
+        e[k].seq = v;
+        e[k].index = k;
+        e[k].node = node;
+    }
+    if (!exact) { /* not plain ints: sort (seq, discovery index, node) triples as Python does */
+        PyMem_Free(e);
+        PyErr_Clear();
+        PyObject *triples = PyList_New(n);
+        if (triples == NULL) {
+            return -1;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *node = PyList_GET_ITEM(nodes, k);
+            PyObject *seq = node_get(node, F_SEQ);
+            PyObject *t = seq == NULL ? NULL : Py_BuildValue("(NnO)", seq, k, node);
+            if (t == NULL) {
+                Py_DECREF(triples);
+                return -1;
+            }
+            PyList_SET_ITEM(triples, k, t);
+        }
+        if (PyList_Sort(triples) < 0) {
+            Py_DECREF(triples);
+            return -1;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *node = PyTuple_GET_ITEM(PyList_GET_ITEM(triples, k), 2);
+            Py_INCREF(node);
+            PyList_SetItem(nodes, k, node);
+        }
+        Py_DECREF(triples);
+        return 0;
+    }
+    qsort(e, (size_t)n, sizeof(seq_entry), seq_entry_cmp);
+    /* the list holds a reference to each node already: permute the borrowed pointers */
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyList_SET_ITEM(nodes, k, e[k].node);
+    }
+    PyMem_Free(e);
+    return 0;
+}
+
+/* transforms/trace.py's _collect_py: the traced nodes behind `roots`, producers first; `stop`
+ * nodes are included but not expanded. */
+static PyObject *
+graphc_trace_collect(PyObject *self, PyObject *args)
+{
+    PyObject *roots, *stop, *seen = NULL, *stack = NULL, *it = NULL, *r, *out = NULL;
+    if (!PyArg_ParseTuple(args, "OO:trace_collect", &roots, &stop) || !ready()) {
+        return NULL;
+    }
+    seen = PyDict_New();
+    stack = PyList_New(0);
+    it = seen == NULL || stack == NULL ? NULL : PyObject_GetIter(roots);
+    if (it == NULL) {
+        goto error;
+    }
+    while ((r = PyIter_Next(it)) != NULL) {
+        PyObject *t = node_get(r, F_TRACE);
+        int bad = t == NULL;
+        if (!bad && t != Py_None) {
+            int has = PyDict_Contains(seen, r);
+            bad = has < 0 || (!has && PyDict_SetItem(seen, r, Py_None) < 0);
+        }
+        Py_XDECREF(t);
+        Py_DECREF(r);
+        if (bad) {
+            goto error;
+        }
+    }
+    Py_CLEAR(it);
+    if (PyErr_Occurred()) {
+        goto error;
+    }
+    Py_SETREF(stack, PyDict_Keys(seen));
+    if (stack == NULL) {
+        goto error;
+    }
+    while (PyList_GET_SIZE(stack) > 0) {
+        Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
+        PyObject *node = PyList_GET_ITEM(stack, top);
+        Py_INCREF(node);
+        if (PyList_SetSlice(stack, top, top + 1, NULL) < 0) {
+            Py_DECREF(node);
+            goto error;
+        }
+        int stopped = PySequence_Contains(stop, node);
+        PyObject *inputs = stopped ? NULL : node_get(node, F_INPUTS);
+        Py_DECREF(node);
+        if (stopped < 0 || (!stopped && inputs == NULL)) {
+            goto error;
+        }
+        if (stopped || inputs == Py_None) {
+            Py_XDECREF(inputs);
+            continue;
+        }
+        PyObject *fast = PySequence_Fast(inputs, "node inputs must be a sequence");
+        Py_DECREF(inputs);
+        if (fast == NULL) {
+            goto error;
+        }
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+        PyObject **items = PySequence_Fast_ITEMS(fast);
+        for (Py_ssize_t k = 0; k < n; k++) {
+            PyObject *inp = items[k];
+            if (!Py_IS_TYPE(inp, Var_Type)) {
+                continue;
+            }
+            if (PyTuple_GET_SIZE(inp) < 1) {
+                PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+                Py_DECREF(fast);
+                goto error;
+            }
+            PyObject *m = PyTuple_GET_ITEM(inp, 0);
+            PyObject *t = node_get(m, F_TRACE);
+            if (t == NULL) {
+                Py_DECREF(fast);
+                goto error;
+            }
+            int traced = t != Py_None;
+            Py_DECREF(t);
+            if (!traced) {
+                continue;
+            }
+            int has = PyDict_Contains(seen, m);
+            if (has < 0 ||
+                (!has && (PyDict_SetItem(seen, m, Py_None) < 0 || PyList_Append(stack, m) < 0))) {
+                Py_DECREF(fast);
+                goto error;
+            }
+        }
+        Py_DECREF(fast);
+    }
+    out = PyDict_Keys(seen);
+    if (out == NULL || sort_by_seq(out) < 0) {
+        Py_CLEAR(out);
+    }
+error:
+    Py_XDECREF(it);
+    Py_XDECREF(stack);
+    Py_XDECREF(seen);
+    return out;
+}
+
+/* transforms/plan.py's _scan_py: (env, flags) of a forward graph, or None if unplannable. */
+static PyObject *
+graphc_plan_scan(PyObject *self, PyObject *args)
+{
+    PyObject *order, *markers, *trace, *opaque, *fast, *env = NULL, *flags = NULL;
+    if (!PyArg_ParseTuple(args, "OOOO:plan_scan", &order, &markers, &trace, &opaque) || !ready()) {
+        return NULL;
+    }
+    fast = PySequence_Fast(order, "plan_scan: order must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    env = PyList_New(0);
+    flags = PyTuple_New(n);
+    if (env == NULL || flags == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *node = items[k];
+        PyObject *t = node_get(node, F_TRACE);
+        if (t == NULL) {
+            goto error;
+        }
+        Py_DECREF(t); /* only its identity is used */
+        if (t != trace) {
+            goto unplannable;
+        }
+        PyObject *p = node_get(node, F_PARAMS);
+        int nonempty = p == NULL ? -1 : PyObject_IsTrue(p);
+        if (nonempty < 0) {
+            Py_XDECREF(p);
+            goto error;
+        }
+        if (nonempty) {
+            PyObject *last = PySequence_GetItem(p, -1);
+            if (last == NULL) {
+                Py_DECREF(p);
+                goto error;
+            }
+            int user_rule = (PyObject *)Py_TYPE(last) == opaque;
+            Py_DECREF(last);
+            if (user_rule) {
+                Py_DECREF(p);
+                goto unplannable;
+            }
+        }
+        Py_DECREF(p);
+        PyObject *outs = node_get(node, F_OUTS);
+        Py_ssize_t nout = outs == NULL ? -1 : PyObject_Length(outs);
+        Py_XDECREF(outs);
+        if (nout < 0) {
+            goto error;
+        }
+        for (Py_ssize_t j = 0; j < nout; j++) {
+            PyObject *v = Var_Type->tp_alloc(Var_Type, 2); /* Var((node, j)) */
+            PyObject *index = v == NULL ? NULL : PyLong_FromSsize_t(j);
+            if (index == NULL) {
+                Py_XDECREF(v);
+                goto error;
+            }
+            Py_INCREF(node);
+            PyTuple_SET_ITEM(v, 0, node);
+            PyTuple_SET_ITEM(v, 1, index);
+            int bad = PyList_Append(env, v) < 0;
+            Py_DECREF(v);
+            if (bad) {
+                goto error;
+            }
+        }
+        PyObject *vals = node_get(node, F_VALUES);
+        if (vals == NULL) {
+            goto error;
+        }
+        Py_DECREF(vals);
+        int marker = PySequence_Contains(markers, node);
+        if (marker < 0) {
+            goto error;
+        }
+        PyObject *flag = flag_pairs[vals != Py_None][marker];
+        Py_INCREF(flag);
+        PyTuple_SET_ITEM(flags, k, flag);
+    }
+    Py_DECREF(fast);
+    return Py_BuildValue("(NN)", env, flags);
+unplannable:
+    Py_DECREF(fast);
+    Py_DECREF(env);
+    Py_DECREF(flags);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(fast);
+    Py_XDECREF(env);
+    Py_XDECREF(flags);
+    return NULL;
+}
+
 static PyMethodDef graphc_methods[] = {
     {"setup", graphc_setup, METH_VARARGS,
      "setup(Var, Node, Literal): the graph IR's classes (core/graph.py calls it once)."},
@@ -1112,6 +1528,12 @@ static PyMethodDef graphc_methods[] = {
      "node(prim, params, inputs, depth, avals, trace, bdims) -> [impl, ...]: build._node."},
     {"replay", graphc_replay, METH_VARARGS,
      "replay(plan_nodes, env, ext, trace, made): a backward plan's nodes, rebuilt."},
+    {"plan_scan", graphc_plan_scan, METH_VARARGS,
+     "plan_scan(order, markers, trace, opaque) -> (env, flags) or None: plan._scan, compiled."},
+    {"meta", graphc_meta, METH_O,
+     "meta(inputs) -> (refs, depth, trace, batched): build._meta, compiled."},
+    {"trace_collect", graphc_trace_collect, METH_VARARGS,
+     "trace_collect(roots, stop) -> [node, ...]: transforms/trace.py's collect, compiled."},
     {"describe", graphc_describe, METH_VARARGS,
      "describe(ext, position) -> (ext_desc, leaves, const_groups, positions)."},
     {NULL, NULL, 0, NULL},
@@ -1119,7 +1541,7 @@ static PyMethodDef graphc_methods[] = {
 
 static struct PyModuleDef graphc_module = {
     PyModuleDef_HEAD_INIT, "_graphc", "Compiled walks of nablax's graph IR (optional).", -1,
-    graphc_methods,
+    graphc_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC
@@ -1143,11 +1565,26 @@ PyInit__graphc(void)
     str_shape = PyUnicode_InternFromString("shape");
     str_position = PyUnicode_InternFromString("position");
     str_pending = PyUnicode_InternFromString("pending");
+    str_level = PyUnicode_InternFromString("level");
+    for (int a = 0; a < 2; a++) {
+        for (int b = 0; b < 2; b++) {
+            flag_pairs[a][b] = PyTuple_Pack(2, a ? Py_True : Py_False, b ? Py_True : Py_False);
+            if (flag_pairs[a][b] == NULL) {
+                Py_DECREF(m);
+                return NULL;
+            }
+        }
+    }
     empty_tuple = PyTuple_New(0);
     for (int f = 0; f < N_IMPL_FIELDS; f++) {
         impl_off[f] = -1;
+        impl_field_str[f] = PyUnicode_InternFromString(impl_field_names[f]);
+        if (impl_field_str[f] == NULL) {
+            Py_DECREF(m);
+            return NULL;
+        }
     }
-    if (str_pending == NULL || empty_tuple == NULL) {
+    if (str_pending == NULL || str_level == NULL || empty_tuple == NULL) {
         Py_DECREF(m);
         return NULL;
     }

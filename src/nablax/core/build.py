@@ -146,10 +146,13 @@ def _node_py(prim, params: tuple, inputs: tuple, depth: int, avals, trace=None, 
     return impls
 
 
-def _meta(inputs) -> tuple:
+def _meta_py(inputs) -> tuple:
     """``(refs, depth, trace, batched)`` of a node on ``inputs`` (``TensorImpl``, ``Literal`` or
     ``Var`` each): what it takes as input, its inputs' deepest depth (its own is one more), the
-    deepest differentiation trace among them, and whether any input is vmap-batched."""
+    deepest differentiation trace among them, and whether any input is vmap-batched.
+
+    ``_meta`` is this function, or its compiled equivalent (core/_graphc.c's ``meta``) when the
+    optional extension is built (see graph.COMPILED)."""
     refs = []
     depth = 0
     trace = None
@@ -271,15 +274,16 @@ def _deep_cut(impls: list, depth: int) -> None:
 
 
 def _load_constructors():
-    """``(_node, _node1)``: compiled when the optional extension is built, else the Python ones."""
+    """``(_node, _node1, _meta)``: compiled when the optional extension is built, else the
+    Python ones."""
     compiled = graph._compiled
     if compiled is None:
-        return _node_py, _node1_py
+        return _node_py, _node1_py, _meta_py
     compiled.setup_build(TensorImpl, _next_seq, CTX, note_pending, _deep_cut)
-    return compiled.node, compiled.node1
+    return compiled.node, compiled.node1, compiled.meta
 
 
-_node, _node1 = _load_constructors()
+_node, _node1, _meta = _load_constructors()
 
 
 def bind_unary(prim, params: tuple, x: TensorImpl, shape: tuple, dtype) -> TensorImpl:

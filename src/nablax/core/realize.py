@@ -319,20 +319,10 @@ _seq = operator.attrgetter("seq")
 _collect = collect  # graph.collect: compiled (core/_graphc.c) when built
 
 
-class StructureKey(tuple):
+class StructureKey(_caches.HashedTuple):
     """A structure key ``(steps, ext_desc, out_codes, n_slots)`` that hashes its contents once:
     a long eager chain's key holds thousands of steps, and the program cache looks it up,
     inserts it and reorders it (a plain tuple would hash every step each time)."""
-
-    _hash: int
-
-    def __new__(cls, parts: tuple):
-        self = super().__new__(cls, parts)
-        self._hash = tuple.__hash__(self)
-        return self
-
-    def __hash__(self) -> int:
-        return self._hash
 
 
 def _structure(seen: dict, boundary=(), only=None):

@@ -87,15 +87,43 @@ class Frame:
         self.trace = trace
 
 
+def _scan_py(order, markers, trace, opaque):
+    """``(env, flags)`` of the forward graph ``order`` for :func:`signature`: the ``Var`` of each
+    node output in slot order, and per node whether it is computed and whether it is a marker;
+    ``None`` when the graph cannot be planned (a node of another trace, or one whose last param
+    is an ``opaque`` object: a user-defined rule, custom_vjp's bwd, runs on every pass).
+
+    ``_scan`` is this function, or its compiled equivalent (core/_graphc.c's ``plan_scan``) when
+    the optional extension is built."""
+    env: list = []
+    add = env.append
+    flags = []
+    for n in order:
+        if n.trace is not trace:
+            return None
+        p = n.params
+        if p and type(p[-1]) is opaque:
+            return None
+        k = len(n.outs)
+        if k == 1:
+            add(new_var(Var, (n, 0)))
+        else:
+            env.extend([new_var(Var, (n, j)) for j in range(k)])
+        flags.append((n.values is not None, n in markers))
+    return env, tuple(flags)
+
+
+_scan = _scan_py if _compiled is None else _compiled.plan_scan
+
+
 def signature(order, markers, seeds, trace, depth: int = 0):
     """``(key, frame)`` of the forward graph ``order`` (collected, topologically sorted) for a
     reverse pass from ``seeds`` to ``markers``; ``(None, None)`` when it cannot be planned."""
-    for n in order:
-        if n.trace is not trace:
-            return None, None
-        if n.params and type(n.params[-1]) is Opaque:
-            return None, None  # a user-defined rule (custom_vjp's bwd) runs on every pass
+    scanned = _scan(order, markers, trace, Opaque)
+    if scanned is None:
+        return None, None
     fr = Frame(trace)
+    fr.env, flags = scanned
     steps, _, fr.ext = encode(order, fr.pos)
     memo: dict = {}
     ext_desc: list = []
@@ -134,17 +162,11 @@ def signature(order, markers, seeds, trace, depth: int = 0):
             s = fr.ext_index[key] = len(fr.ext)
             fr.ext.append(cref if cref is not None else cimpl.lit)
         seed_codes.append((b + j, ~s, cimpl.shape, cimpl.dtype, cimpl.batch_shape))
-    env = fr.env
-    add = env.append
-    for n in order:
-        k = len(n.outs)
-        if k == 1:
-            add(new_var(Var, (n, 0)))
-        else:
-            env.extend([new_var(Var, (n, j)) for j in range(k)])
-    flags = tuple((n.values is not None, n in markers) for n in order)
     marker_slots = tuple(fr.pos.get(m, -1) for m in markers)
-    key = ((tuple(steps), flags, tuple(ext_desc)), marker_slots, tuple(seed_codes), depth)
+    # hashed once: the plan cache hashes it on lookup and again when the pass is recorded
+    key = _caches.HashedTuple(
+        ((tuple(steps), flags, tuple(ext_desc)), marker_slots, tuple(seed_codes), depth)
+    )
     return key, fr
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..build import TensorImpl, bind_known, bind_refs, impl_from_array
 from ..context import CTX
-from ..graph import SCALAR_TYPES, Node, Trace, Var, end_trace, new_var, seq_of
+from ..graph import SCALAR_TYPES, Node, Trace, Var, _compiled, end_trace, new_var, seq_of
 from ..ops.creation import full
 from ..primitive import primitive
 from ..tensor import Tensor
@@ -147,9 +147,12 @@ class Opaque:
 # ---- walking the traced graph ----------------------------------------------------------------
 
 
-def collect(roots, stop) -> list[Node]:
+def _collect_py(roots, stop) -> list[Node]:
     """Traced nodes reachable backwards from ``roots``, producers first; ``stop`` nodes (the
-    transform's own markers) are included but not expanded."""
+    transform's own markers) are included but not expanded.
+
+    ``collect`` is this function, or its compiled equivalent (core/_graphc.c's
+    ``trace_collect``) when the optional extension is built (see graph.COMPILED)."""
     seen = dict.fromkeys(r for r in roots if r.trace is not None)
     stack = list(seen)
     while stack:
@@ -163,6 +166,9 @@ def collect(roots, stop) -> list[Node]:
                     seen[m] = None
                     stack.append(m)
     return sorted(seen, key=seq_of)
+
+
+collect = _collect_py if _compiled is None else _compiled.trace_collect
 
 
 def depends(order, markers) -> set:
