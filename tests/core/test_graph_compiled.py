@@ -58,6 +58,7 @@ def test_the_environment_variable_selects_the_pure_python_walks():
         "assert build._meta is build._meta_py and build._node1 is build._node1_py\n"
         "assert trace.collect is trace._collect_py\n"
         "assert plan._replay_nodes is plan._replay_nodes_py and plan._scan is plan._scan_py\n"
+        "assert plan._ext_descs is plan._ext_descs_py\n"
         "import nablax as nx\n"
         "x = nx.arange(6.0).reshape(2, 3)\n"
         "assert (x * 2 + 1).sum().item() == 36.0\n"
@@ -93,6 +94,7 @@ def test_the_module_uses_the_compiled_walks_when_built():
         assert build._meta is _graphc.meta and build._node1 is _graphc.node1
         assert trace.collect is _graphc.trace_collect
         assert plan._replay_nodes is _graphc.replay and plan._scan is _graphc.plan_scan
+        assert plan._ext_descs is _graphc.plan_ext
 
 
 # --- random graphs -------------------------------------------------------------------------
@@ -411,6 +413,47 @@ def test_plan_scan_errors_match_the_python_reference():
         args = (order, markers, traces[0], Opaque)
         e_py, e_c = _error(plan._scan_py, *args), _error(_graphc.plan_scan, *args)
         assert e_py is not None and e_c is e_py, (order, markers, e_py, e_c)
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(30))
+def test_plan_ext_matches_the_python_reference(seed):
+    """The structure key's descriptors of a forward graph's external values."""
+    from nablax.core.transforms import plan
+
+    nodes, outside, _keep, traces = _traced_graph(seed)
+    for m in outside:
+        m.trace = None
+    if seed % 3 == 1:
+        outside[0].trace = traces[0]  # a traced Var outside the graph: not plannable
+    pending = [n for n in nodes if n.values is None]
+    _steps, _n, ext = graph._encode_py(pending, {})
+    ext = list(ext) + [Literal(np.zeros((2, 3), np.float32), np.float32)]
+
+    def var_desc(v):
+        m, j = v
+        return None if m.trace is not None else ("x", j, len(m.outs), m.values is not None)
+
+    index_py, index_c = {}, {}
+    got_py = plan._ext_descs_py(ext, index_py, var_desc, plan._scalar_code)
+    got_c = _graphc.plan_ext(ext, index_c, var_desc, plan._scalar_code)
+    assert got_c == got_py
+    assert list(index_c.items()) == list(index_py.items())
+    if got_py is not None:
+        assert len(got_c) == len(ext)
+        assert any(d[0] == "a" for d in got_c) and any(d[0] == "s" for d in got_c)
+
+
+@needs_c
+def test_plan_ext_errors_match_the_python_reference():
+    from nablax.core.transforms import plan
+
+    no_shape = Literal(object(), np.float32)
+    cases = [5, [object()], [no_shape], [new_var(Var, (object(), 0))]]
+    for ext in cases:
+        args = (ext, {}, lambda v: v[0].trace, plan._scalar_code)
+        e_py, e_c = _error(plan._ext_descs_py, *args), _error(_graphc.plan_ext, *args)
+        assert e_py is not None and e_c is e_py, (ext, e_py, e_c)
 
 
 def _impl(rng, nodes):

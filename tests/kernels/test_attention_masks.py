@@ -285,6 +285,24 @@ def test_option_errors_are_clear(kw, err, words):
     assert all(w in str(e.value) for w in words), str(e.value)
 
 
+def test_dtype_errors_still_raise_after_a_good_call_was_remembered():
+    """check_options remembers the dtype combinations that passed (attention runs every layer,
+    every step): a bad combination must still raise every time, also when the shapes and the
+    q/k/v dtypes are the ones of a call that passed."""
+    x = jnp.zeros((1, 4, 2, 8))
+    good = jnp.ones((4, 4), bool)
+    for _ in range(2):
+        assert attention(x, x, x, mask=good).shape == x.shape
+        with pytest.raises(DTypeError, match="mask must be boolean"):
+            attention(x, x, x, mask=good.astype(jnp.int32))
+        with pytest.raises(DTypeError, match="share one floating dtype"):
+            attention(x, x.astype(jnp.bfloat16), x, mask=good)
+        with pytest.raises(DTypeError, match="share one floating dtype"):
+            attention(x.astype(jnp.int32), x.astype(jnp.int32), x.astype(jnp.int32), mask=good)
+        with pytest.raises(DTypeError, match="bias must be floating"):
+            attention(x, x, x, bias=good)
+
+
 def test_grouped_heads_must_divide():
     q, kv = jnp.zeros((1, 4, 4, 8)), jnp.zeros((1, 4, 3, 8))
     with pytest.raises(ShapeError, match="disagree"):

@@ -9,11 +9,12 @@
  * meta(inputs) -> (refs, depth, trace, batched)
  * trace_collect(roots, stop) -> [node, ...]
  * plan_scan(order, markers, trace, opaque) -> (env, flags) | None
+ * plan_ext(ext, ext_index, var_desc, scalar_code) -> [desc, ...] | None
  *
  * Each is an exact equivalent of the pure-Python function of the same name in core/graph.py
  * (`_encode_py`, `_collect_py`, `_describe_py`; `node1` and `node` are core/build.py's `_node1_py`
  * and `_node_py`, `meta` is its `_meta_py`, `replay` is core/transforms/plan.py's
- * `_replay_nodes_py`, `plan_scan` its `_scan_py`, and `trace_collect` core/transforms/trace.py's
+ * `_replay_nodes_py`, `plan_scan` and `plan_ext` its `_scan_py` and `_ext_descs_py`, and `trace_collect` core/transforms/trace.py's
  * `_collect_py`), which stays
  * the reference: tests/core/test_graph_compiled.py
  * compares the two on random graphs, and CI runs the whole Python 3.12 suite on the pure-Python
@@ -30,7 +31,7 @@
 
 /* Bumped whenever a function's contract changes: core/graph.py uses the extension only when
  * its VERSION is the one it expects (a stale build in a source checkout is ignored). */
-#define GRAPHC_VERSION 6
+#define GRAPHC_VERSION 7
 
 static PyTypeObject *Var_Type = NULL;
 static PyTypeObject *Node_Type = NULL;
@@ -1513,6 +1514,95 @@ error:
     return NULL;
 }
 
+/* transforms/plan.py's _ext_descs_py: the key's descriptor of each external value. */
+static PyObject *
+graphc_plan_ext(PyObject *self, PyObject *args)
+{
+    PyObject *ext, *ext_index, *var_desc, *scalar_code, *fast, *descs = NULL;
+    if (!PyArg_ParseTuple(args, "OO!OO:plan_ext", &ext, &PyDict_Type, &ext_index, &var_desc,
+                          &scalar_code) ||
+        !ready()) {
+        return NULL;
+    }
+    fast = PySequence_Fast(ext, "plan_ext: ext must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    descs = PyList_New(0);
+    if (descs == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *inp = items[i], *d = NULL;
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL) {
+            goto error;
+        }
+        if (Py_IS_TYPE(inp, Var_Type)) {
+            d = PyObject_CallOneArg(var_desc, inp);
+            if (d == Py_None) {
+                Py_DECREF(d);
+                Py_DECREF(index);
+                Py_DECREF(fast);
+                Py_DECREF(descs);
+                Py_RETURN_NONE;
+            }
+            if (d == NULL || PyDict_SetItem(ext_index, inp, index) < 0) {
+                Py_XDECREF(d);
+                Py_DECREF(index);
+                goto error;
+            }
+        }
+        else {
+            PyObject *v = literal_value(inp);
+            if (v == NULL) {
+                Py_DECREF(index);
+                goto error;
+            }
+            if (is_scalar(v)) {
+                PyObject *dt = literal_get(inp, literal_dtype_off, str_dtype);
+                PyObject *weak = dt == NULL ? NULL : literal_get(inp, literal_weak_off, str_weak);
+                PyObject *code = weak == NULL ? NULL : PyObject_CallOneArg(scalar_code, v);
+                d = code == NULL ? NULL : Py_BuildValue("(sOOO)", "s", dt, weak, code);
+                Py_XDECREF(dt);
+                Py_XDECREF(weak);
+                Py_XDECREF(code);
+            }
+            else {
+                PyObject *id = PyLong_FromVoidPtr(v);
+                int bad = id == NULL || PyDict_SetItem(ext_index, id, index) < 0;
+                Py_XDECREF(id);
+                PyObject *shape = bad ? NULL : PyObject_GetAttr(v, str_shape);
+                PyObject *st = shape == NULL ? NULL : PySequence_Tuple(shape);
+                PyObject *dt = st == NULL ? NULL : literal_get(inp, literal_dtype_off, str_dtype);
+                d = dt == NULL ? NULL : Py_BuildValue("(sOO)", "a", st, dt);
+                Py_XDECREF(shape);
+                Py_XDECREF(st);
+                Py_XDECREF(dt);
+            }
+            Py_DECREF(v);
+            if (d == NULL) {
+                Py_DECREF(index);
+                goto error;
+            }
+        }
+        Py_DECREF(index);
+        int bad = PyList_Append(descs, d) < 0;
+        Py_DECREF(d);
+        if (bad) {
+            goto error;
+        }
+    }
+    Py_DECREF(fast);
+    return descs;
+error:
+    Py_DECREF(fast);
+    Py_XDECREF(descs);
+    return NULL;
+}
+
 static PyMethodDef graphc_methods[] = {
     {"setup", graphc_setup, METH_VARARGS,
      "setup(Var, Node, Literal): the graph IR's classes (core/graph.py calls it once)."},
@@ -1530,6 +1620,8 @@ static PyMethodDef graphc_methods[] = {
      "replay(plan_nodes, env, ext, trace, made): a backward plan's nodes, rebuilt."},
     {"plan_scan", graphc_plan_scan, METH_VARARGS,
      "plan_scan(order, markers, trace, opaque) -> (env, flags) or None: plan._scan, compiled."},
+    {"plan_ext", graphc_plan_ext, METH_VARARGS,
+     "plan_ext(ext, ext_index, var_desc, scalar_code) -> descs or None: plan._ext_descs."},
     {"meta", graphc_meta, METH_O,
      "meta(inputs) -> (refs, depth, trace, batched): build._meta, compiled."},
     {"trace_collect", graphc_trace_collect, METH_VARARGS,

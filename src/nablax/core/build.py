@@ -286,6 +286,13 @@ def _load_constructors():
 _node, _node1, _meta = _load_constructors()
 
 
+def bind_leaf(prim, params: tuple, lit: Literal, shape: tuple, dtype, trace) -> TensorImpl:
+    """The node of ``prim`` on one leaf literal ``lit`` (a computed, unbatched value), owned by
+    ``trace``, output ``(shape, dtype)``: a transform's marker of a parameter (depth 1, no batch
+    layout). Returns the output impl."""
+    return _node1(prim, params, (lit,), 1, shape, dtype, trace, None)
+
+
 def bind_unary(prim, params: tuple, x: TensorImpl, shape: tuple, dtype) -> TensorImpl:
     """Fast entry of the element-wise builders: ``prim`` on one impl ``x``, output ``(shape,
     dtype)`` (the same batch layout as ``x``)."""

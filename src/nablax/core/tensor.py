@@ -13,6 +13,7 @@ through module references that core/hooks.py binds once, when ``nablax.core.ops`
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -108,17 +109,17 @@ class Tensor:
         return t
 
     # ---- attributes -------------------------------------------------------------------------
-    @property
-    def shape(self) -> tuple:
-        return self._impl.shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self._impl.dtype
+    # read on every op built: C getters (operator.attrgetter), no Python frame per access
+    shape: tuple = property(  # type: ignore[assignment]
+        operator.attrgetter("_impl.shape"), doc="The logical shape, a tuple of ints."
+    )
+    dtype: np.dtype = property(  # type: ignore[assignment]
+        operator.attrgetter("_impl.dtype"), doc="The element type, a NumPy dtype."
+    )
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return len(self._impl.shape)
 
     @property
     def size(self) -> int:

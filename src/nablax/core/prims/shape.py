@@ -21,7 +21,7 @@ from jax import lax
 
 from ... import _caches
 from ...errors import ShapeError, op_error
-from ..build import TensorImpl, bind
+from ..build import TensorImpl, bind, bind_unary
 from ..dtypes import promote
 from ..graph import Literal
 from ..host import exact_scalar
@@ -353,7 +353,8 @@ def _reshape(x, shape: tuple, op: str) -> Tensor:
         )
     if shape == xi.shape:
         return x if type(x) is Tensor else Tensor._wrap(xi)
-    return _wrap1(reshape_p, [xi], (shape,))
+    # the output aval is known (reshape_p's rule would give (shape, dtype)): the fast entry
+    return Tensor._wrap(bind_unary(reshape_p, (shape,), xi, shape, xi.dtype))
 
 
 def transpose(x, axes: Sequence[int] | None = None) -> Tensor:
@@ -377,7 +378,10 @@ def _transpose(x, axes, op: str) -> Tensor:
             _PERMS.put((nd, perm), True)
     if perm == tuple(range(nd)):
         return x if type(x) is Tensor else Tensor._wrap(xi)
-    return _wrap1(transpose_p, [xi], (perm,))
+    shape = xi.shape  # the output aval as transpose_p's rule gives it, through the fast entry
+    return Tensor._wrap(
+        bind_unary(transpose_p, (perm,), xi, tuple([shape[p] for p in perm]), xi.dtype)
+    )
 
 
 # (rank, axes) -> True for tuples of plain non-negative ints already checked to be a permutation

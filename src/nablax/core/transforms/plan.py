@@ -116,6 +116,36 @@ def _scan_py(order, markers, trace, opaque):
 _scan = _scan_py if _compiled is None else _compiled.plan_scan
 
 
+def _ext_descs_py(ext, ext_index: dict, var_desc, scalar_code):
+    """The structure key's descriptor of each external value ``ext`` of a forward graph, filling
+    ``ext_index`` (``Var``, or ``id(array)`` -> index): ``var_desc(var)`` for a ``Var`` (None: the
+    graph cannot be planned, and then this returns None), ``("s", dtype, weak,
+    scalar_code(value))`` for a scalar literal (its value is part of the key: rules may fold it
+    in), ``("a", shape, dtype)`` for an array literal.
+
+    ``_ext_descs`` is this function, or its compiled equivalent (core/_graphc.c's
+    ``plan_ext``) when the optional extension is built."""
+    descs = []
+    for i, inp in enumerate(ext):
+        if type(inp) is Var:
+            d = var_desc(inp)
+            if d is None:
+                return None
+            ext_index[inp] = i
+            descs.append(d)
+            continue
+        v = inp.value
+        if type(v) in SCALAR_TYPES:
+            descs.append(("s", inp.dtype, inp.weak, scalar_code(v)))
+        else:
+            ext_index[id(v)] = i
+            descs.append(("a", tuple(v.shape), inp.dtype))
+    return descs
+
+
+_ext_descs = _ext_descs_py if _compiled is None else _compiled.plan_ext
+
+
 def signature(order, markers, seeds, trace, depth: int = 0):
     """``(key, frame)`` of the forward graph ``order`` (collected, topologically sorted) for a
     reverse pass from ``seeds`` to ``markers``; ``(None, None)`` when it cannot be planned."""
@@ -126,22 +156,17 @@ def signature(order, markers, seeds, trace, depth: int = 0):
     fr.env, flags = scanned
     steps, _, fr.ext = encode(order, fr.pos)
     memo: dict = {}
-    ext_desc: list = []
-    for i, inp in enumerate(fr.ext):
-        if type(inp) is Var:
-            m, j = inp
-            if m.trace is not None:
-                return None, None
-            fr.ext_index[inp] = i
-            bshape = m.bdims[1] if m.bdims is not None else ()
-            ext_desc.append(("x", node_avals(m, memo)[j], bshape, m.values is not None))
-            continue
-        v = inp.value
-        if type(v) in SCALAR_TYPES:  # its value is part of the key (rules may fold it in)
-            ext_desc.append(("s", inp.dtype, inp.weak, _scalar_code(v)))
-        else:
-            fr.ext_index[id(v)] = i
-            ext_desc.append(("a", tuple(v.shape), inp.dtype))
+
+    def var_desc(inp):
+        m, j = inp
+        if m.trace is not None:
+            return None
+        bshape = m.bdims[1] if m.bdims is not None else ()
+        return ("x", node_avals(m, memo)[j], bshape, m.values is not None)
+
+    ext_desc = _ext_descs(fr.ext, fr.ext_index, var_desc, _scalar_code)
+    if ext_desc is None:
+        return None, None
     seed_codes: list[tuple[Any, ...] | None] = []
     for t, ct in seeds:
         src = t._impl.src

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import weakref
 from typing import Any
+from weakref import ref as _weakref
 
 import jax
 import numpy as np
 
-from ..build import TensorImpl, bind_known, bind_refs, impl_from_array
+from ..build import TensorImpl, bind_known, bind_leaf, impl_from_array
 from ..context import CTX
 from ..graph import SCALAR_TYPES, Node, Trace, Var, _compiled, end_trace, new_var, seq_of
 from ..ops.creation import full
@@ -102,8 +103,8 @@ def mark(t: Tensor, trace: Trace) -> Tensor:
     """A new tensor equal to ``t`` whose node is a marker owned by ``trace``."""
     impl = t._impl
     b = impl.batch_shape
-    if impl.src is None and not b:  # a computed leaf (a parameter): bind_known's node, directly
-        (out,) = bind_refs(trace_input_p, (), (impl.lit,), ((impl.shape, impl.dtype),), trace, None)
+    if impl.src is None and not b:  # a computed leaf (a parameter): its node, directly
+        out = bind_leaf(trace_input_p, (), impl.lit, impl.shape, impl.dtype, trace)
     else:
         (out,) = bind_known(trace_input_p, (impl,), (), ((impl.shape, impl.dtype),), trace=trace)
     if impl.value is not None and not b:
@@ -113,7 +114,7 @@ def mark(t: Tensor, trace: Trace) -> Tensor:
         node = out.src[0]
         node.values = [impl.value]
         out.value, out.lit, out.sharding = impl.value, impl.lit, impl.sharding
-        trace.kept.append(weakref.ref(node))
+        trace.kept.append(_weakref(node))
     return Tensor._wrap(out)
 
 

@@ -451,6 +451,25 @@ def general_vjp(lse, y, dy, q, k, v, *, fns, cfg, causal, scale, core=None, **ex
     return dq, dk, dv, {"bias": db}
 
 
+_DTYPES_OK = _caches.Cache("kernels.attention_dtypes", 256)  # dtype combinations that passed
+
+
+def _check_dtypes(q, k, v, mask, bias) -> None:
+    dts = {np.dtype(x.dtype) for x in (q, k, v)}
+    if len(dts) != 1 or not jnp.issubdtype(next(iter(dts)), jnp.floating):
+        raise DTypeError(
+            f"{API}: q, k, v must share one floating dtype, got q={describe(q)}, k={describe(k)}, "
+            f"v={describe(v)}. Fix: cast them, e.g. k.astype(q.dtype)"
+        )
+    if mask is not None and np.dtype(mask.dtype) != np.bool_:
+        raise DTypeError(
+            f"{API}: mask must be boolean (True where attention is allowed), got "
+            f"{describe(mask)}. Fix: pass a float mask as bias= instead"
+        )
+    if bias is not None and not jnp.issubdtype(np.dtype(bias.dtype), jnp.floating):
+        raise DTypeError(f"{API}: bias must be floating, got {describe(bias)}. Fix: cast it")
+
+
 def check_options(q, k, v, ext: dict) -> tuple[dict, int, int, int]:
     """Validate the extra options; ``(normalized options, seq_q, seq_kv, head_dim)``."""
     ext = dict(ext)
@@ -460,20 +479,17 @@ def check_options(q, k, v, ext: dict) -> tuple[dict, int, int, int]:
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not (hasattr(x, "shape") and hasattr(x, "dtype")):
             raise TypeError(f"{API}: argument {name} must be an array, got {describe(x)}")
-    dts = {np.dtype(x.dtype) for x in (q, k, v)}
-    if len(dts) != 1 or not jnp.issubdtype(next(iter(dts)), jnp.floating):
-        raise DTypeError(
-            f"{API}: q, k, v must share one floating dtype, got q={describe(q)}, k={describe(k)}, "
-            f"v={describe(v)}. Fix: cast them, e.g. k.astype(q.dtype)"
-        )
     mask, bias = ext.get("mask"), ext.get("bias")
-    if mask is not None and np.dtype(mask.dtype) != np.bool_:
-        raise DTypeError(
-            f"{API}: mask must be boolean (True where attention is allowed), got "
-            f"{describe(mask)}. Fix: pass a float mask as bias= instead"
-        )
-    if bias is not None and not jnp.issubdtype(np.dtype(bias.dtype), jnp.floating):
-        raise DTypeError(f"{API}: bias must be floating, got {describe(bias)}. Fix: cast it")
+    dkey = (
+        q.dtype, k.dtype, v.dtype,
+        None if mask is None else mask.dtype, None if bias is None else bias.dtype,
+    )  # fmt: skip
+    if not all(d is None or isinstance(d, np.dtype) for d in dkey):
+        dkey = None  # not plain dtypes: checked below every time
+    if dkey is None or _DTYPES_OK.get(dkey) is None:
+        _check_dtypes(q, k, v, mask, bias)
+        if dkey is not None:
+            _DTYPES_OK.put(dkey, True)  # only combinations that passed are remembered
     if "dropout_rate" in ext:
         rate = ext["dropout_rate"]
         try:
