@@ -59,6 +59,8 @@ def test_the_environment_variable_selects_the_pure_python_walks():
         "assert trace.collect is trace._collect_py\n"
         "assert plan._replay_nodes is plan._replay_nodes_py and plan._scan is plan._scan_py\n"
         "assert plan._ext_descs is plan._ext_descs_py\n"
+        "from nablax.core.tensor import Tensor\n"
+        "assert Tensor.__dict__['_wrap'] is Tensor.__dict__['_wrap_py']\n"
         "import nablax as nx\n"
         "x = nx.arange(6.0).reshape(2, 3)\n"
         "assert (x * 2 + 1).sum().item() == 36.0\n"
@@ -95,6 +97,9 @@ def test_the_module_uses_the_compiled_walks_when_built():
         assert trace.collect is _graphc.trace_collect
         assert plan._replay_nodes is _graphc.replay and plan._scan is _graphc.plan_scan
         assert plan._ext_descs is _graphc.plan_ext
+        from nablax.core.tensor import Tensor
+
+        assert Tensor.__dict__["_wrap"].__func__ is _graphc.wrap
 
 
 # --- random graphs -------------------------------------------------------------------------
@@ -454,6 +459,24 @@ def test_plan_ext_errors_match_the_python_reference():
         args = (ext, {}, lambda v: v[0].trace, plan._scalar_code)
         e_py, e_c = _error(plan._ext_descs_py, *args), _error(_graphc.plan_ext, *args)
         assert e_py is not None and e_c is e_py, (ext, e_py, e_c)
+
+
+@needs_c
+def test_wrap_matches_the_python_reference():
+    from nablax.core.tensor import Tensor
+    from nablax.core.transforms.compile.scalars import TracedScalar
+
+    _graphc.setup_tensor(Tensor)
+    impl = nx.arange(6.0)._impl
+    for cls in (Tensor, TracedScalar):
+        a, b = Tensor._wrap_py.__func__(cls, impl), _graphc.wrap(cls, impl)
+        assert type(a) is type(b) is cls and a._impl is b._impl is impl
+        assert not hasattr(b, "_grad")
+    assert (_graphc.wrap(Tensor, impl) * 2).tolist() == [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+    for args in [(Tensor,), (Tensor, impl, impl), (5, impl), (int, impl)]:
+        e_py = _error(Tensor._wrap_py.__func__, *args)
+        e_c = _error(_graphc.wrap, *args)
+        assert e_py is not None and e_c is e_py, (args, e_py, e_c)
 
 
 def _impl(rng, nodes):

@@ -10,11 +10,13 @@
  * trace_collect(roots, stop) -> [node, ...]
  * plan_scan(order, markers, trace, opaque) -> (env, flags) | None
  * plan_ext(ext, ext_index, var_desc, scalar_code) -> [desc, ...] | None
+ * wrap(cls, impl) -> tensor
  *
  * Each is an exact equivalent of the pure-Python function of the same name in core/graph.py
  * (`_encode_py`, `_collect_py`, `_describe_py`; `node1` and `node` are core/build.py's `_node1_py`
  * and `_node_py`, `meta` is its `_meta_py`, `replay` is core/transforms/plan.py's
- * `_replay_nodes_py`, `plan_scan` and `plan_ext` its `_scan_py` and `_ext_descs_py`, and `trace_collect` core/transforms/trace.py's
+ * `_replay_nodes_py`, `plan_scan` and `plan_ext` its `_scan_py` and `_ext_descs_py`, `wrap`
+ * core/tensor.py's `Tensor._wrap_py`, and `trace_collect` core/transforms/trace.py's
  * `_collect_py`), which stays
  * the reference: tests/core/test_graph_compiled.py
  * compares the two on random graphs, and CI runs the whole Python 3.12 suite on the pure-Python
@@ -31,7 +33,7 @@
 
 /* Bumped whenever a function's contract changes: core/graph.py uses the extension only when
  * its VERSION is the one it expects (a stale build in a source checkout is ignored). */
-#define GRAPHC_VERSION 7
+#define GRAPHC_VERSION 8
 
 static PyTypeObject *Var_Type = NULL;
 static PyTypeObject *Node_Type = NULL;
@@ -1603,6 +1605,54 @@ error:
     return NULL;
 }
 
+/* core/tensor.py's Tensor and the offset of its `_impl` slot (setup_tensor) */
+static PyTypeObject *Tensor_Type = NULL;
+static Py_ssize_t tensor_impl_off = -1;
+static PyObject *str_impl = NULL, *str_new = NULL;
+
+static PyObject *
+graphc_setup_tensor(PyObject *self, PyObject *tensor)
+{
+    if (!PyType_Check(tensor)) {
+        PyErr_SetString(PyExc_TypeError, "setup_tensor: Tensor must be a class");
+        return NULL;
+    }
+    Py_ssize_t off = member_offset((PyTypeObject *)tensor, "_impl");
+    if (off < 0) {
+        PyErr_Format(PyExc_TypeError, "setup_tensor: %s has no __slots__ field _impl",
+                     ((PyTypeObject *)tensor)->tp_name);
+        return NULL;
+    }
+    Py_INCREF(tensor);
+    Py_XSETREF(Tensor_Type, (PyTypeObject *)tensor);
+    tensor_impl_off = off;
+    Py_RETURN_NONE;
+}
+
+/* Tensor._wrap(impl) (a classmethod: called with the class): a new `cls` whose `_impl` is
+ * impl, without __init__, as `object.__new__(cls)` then `t._impl = impl`. */
+static PyObject *
+graphc_wrap(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "_wrap takes 1 argument (%zd given)", nargs - 1);
+        return NULL;
+    }
+    PyObject *cls = args[0], *impl = args[1], *t;
+    if ((PyTypeObject *)cls == Tensor_Type && Tensor_Type != NULL) {
+        t = Tensor_Type->tp_alloc(Tensor_Type, 0);
+        if (t != NULL) {
+            set_field(t, tensor_impl_off, impl);
+        }
+        return t;
+    }
+    t = PyObject_CallMethodOneArg((PyObject *)&PyBaseObject_Type, str_new, cls);
+    if (t != NULL && PyObject_SetAttr(t, str_impl, impl) < 0) {
+        Py_CLEAR(t);
+    }
+    return t;
+}
+
 static PyMethodDef graphc_methods[] = {
     {"setup", graphc_setup, METH_VARARGS,
      "setup(Var, Node, Literal): the graph IR's classes (core/graph.py calls it once)."},
@@ -1622,6 +1672,10 @@ static PyMethodDef graphc_methods[] = {
      "plan_scan(order, markers, trace, opaque) -> (env, flags) or None: plan._scan, compiled."},
     {"plan_ext", graphc_plan_ext, METH_VARARGS,
      "plan_ext(ext, ext_index, var_desc, scalar_code) -> descs or None: plan._ext_descs."},
+    {"setup_tensor", graphc_setup_tensor, METH_O,
+     "setup_tensor(Tensor): core/tensor.py's class, for wrap."},
+    {"wrap", (PyCFunction)(void (*)(void))graphc_wrap, METH_FASTCALL,
+     "wrap(cls, impl) -> tensor: Tensor._wrap (a classmethod), compiled."},
     {"meta", graphc_meta, METH_O,
      "meta(inputs) -> (refs, depth, trace, batched): build._meta, compiled."},
     {"trace_collect", graphc_trace_collect, METH_VARARGS,
@@ -1658,6 +1712,12 @@ PyInit__graphc(void)
     str_position = PyUnicode_InternFromString("position");
     str_pending = PyUnicode_InternFromString("pending");
     str_level = PyUnicode_InternFromString("level");
+    str_impl = PyUnicode_InternFromString("_impl");
+    str_new = PyUnicode_InternFromString("__new__");
+    if (str_impl == NULL || str_new == NULL) {
+        Py_DECREF(m);
+        return NULL;
+    }
     for (int a = 0; a < 2; a++) {
         for (int b = 0; b < 2; b++) {
             flag_pairs[a][b] = PyTuple_Pack(2, a ? Py_True : Py_False, b ? Py_True : Py_False);

@@ -286,7 +286,9 @@ def _load_constructors():
 _node, _node1, _meta = _load_constructors()
 
 
-def bind_leaf(prim, params: tuple, lit: Literal, shape: tuple, dtype, trace) -> TensorImpl:
+def bind_leaf(
+    prim, params: tuple, lit: Any, shape: tuple, dtype, trace
+) -> Any:  # a pending TensorImpl: its ``src`` is set (callers read the new node)
     """The node of ``prim`` on one leaf literal ``lit`` (a computed, unbatched value), owned by
     ``trace``, output ``(shape, dtype)``: a transform's marker of a parameter (depth 1, no batch
     layout). Returns the output impl."""

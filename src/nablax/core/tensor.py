@@ -24,6 +24,7 @@ from ..errors import ConcretizationError
 from . import dtypes
 from .build import TensorImpl, impl_from_array, value_impl
 from .context import CTX
+from .graph import _compiled
 from .mesh import DeviceMesh
 from .realize import realize_impls
 
@@ -103,10 +104,15 @@ class Tensor:
         self._impl = to_impl(data, dtype)
 
     @classmethod
-    def _wrap(cls, impl: TensorImpl) -> Tensor:
+    def _wrap_py(cls, impl: TensorImpl) -> Tensor:
+        """A new tensor of ``impl`` (no ``__init__``). ``_wrap`` is this classmethod, or its
+        compiled equivalent (core/_graphc.c's ``wrap``) when the optional extension is built:
+        ops wrap every output they build."""
         t = object.__new__(cls)
         t._impl = impl
         return t
+
+    _wrap = _wrap_py
 
     # ---- attributes -------------------------------------------------------------------------
     # read on every op built: C getters (operator.attrgetter), no Python frame per access
@@ -565,6 +571,11 @@ class Tensor:
         """This process's piece of a tensor sharded over several processes' devices (the whole
         value for a tensor on this process only); no communication."""
         return _sharding._to_local(self)
+
+
+if _compiled is not None:  # the optional extension (core/_graphc.c): Tensor._wrap compiled
+    _compiled.setup_tensor(Tensor)
+    Tensor._wrap = classmethod(_compiled.wrap)  # type: ignore[assignment]
 
 
 def _no_sharding_rules(impl):
