@@ -61,6 +61,7 @@ def test_the_environment_variable_selects_the_pure_python_walks():
         "assert plan._ext_descs is plan._ext_descs_py\n"
         "from nablax.core.tensor import Tensor\n"
         "assert Tensor.__dict__['_wrap'] is Tensor.__dict__['_wrap_py']\n"
+        "assert trace._mark_leaves is trace._mark_leaves_py\n"
         "import nablax as nx\n"
         "x = nx.arange(6.0).reshape(2, 3)\n"
         "assert (x * 2 + 1).sum().item() == 36.0\n"
@@ -100,6 +101,7 @@ def test_the_module_uses_the_compiled_walks_when_built():
         from nablax.core.tensor import Tensor
 
         assert Tensor.__dict__["_wrap"].__func__ is _graphc.wrap
+        assert trace._mark_leaves is _graphc.mark_leaves
 
 
 # --- random graphs -------------------------------------------------------------------------
@@ -476,6 +478,79 @@ def test_wrap_matches_the_python_reference():
     for args in [(Tensor,), (Tensor, impl, impl), (5, impl), (int, impl)]:
         e_py = _error(Tensor._wrap_py.__func__, *args)
         e_c = _error(_graphc.wrap, *args)
+        assert e_py is not None and e_c is e_py, (args, e_py, e_c)
+
+
+def _marked(fn, leaves):
+    from nablax.core.transforms import trace as tr
+
+    t = graph.Trace(None)
+    got = fn(leaves, t, tr.trace_input_p, tr.is_float)
+    return got, t
+
+
+@needs_c
+def test_mark_leaves_matches_the_python_reference():
+    from nablax.core import build
+    from nablax.core.tensor import Tensor
+    from nablax.core.transforms import trace as tr
+
+    _graphc.setup_build(
+        build.TensorImpl, graph._next_seq, build.CTX, build.note_pending, build._deep_cut
+    )
+    _graphc.setup_tensor(Tensor)
+    params = [nx.ones((2, 3)), nx.arange(4.0).astype(nx.float16), nx.zeros(()), nx.ones(5)]
+    for p in params:
+        p.numpy()  # computed leaves
+    (m_py, n_py), t_py = _marked(tr._mark_leaves_py, params)
+    (m_c, n_c), t_c = _marked(_graphc.mark_leaves, params)
+    assert len(m_c) == len(n_c) == len(params) == len(t_c.kept) == len(t_py.kept)
+    for a, b, na, nb, p in zip(m_py, m_c, n_py, n_c, params):
+        assert type(b) is Tensor and b._impl.src[0] is nb and [w() for w in t_c.kept].count(nb) == 1
+        for f in ("value", "lit", "sharding", "shape", "dtype", "batch_shape"):
+            assert getattr(a._impl, f) is getattr(b._impl, f) is getattr(p._impl, f) or (
+                f == "batch_shape" and a._impl.batch_shape == b._impl.batch_shape == ()
+            ), f
+        for f in ("prim", "params", "inputs", "depth", "bdims", "avals"):
+            assert getattr(na, f) == getattr(nb, f), f
+        assert (
+            na.trace is t_py
+            and nb.trace is t_c
+            and nb.values == [p._impl.value]
+            and nb.inputs == (p._impl.lit,)
+        )
+        assert nb.seq > na.seq
+    assert _graphc.mark_leaves([], graph.Trace(None), tr.trace_input_p, tr.is_float) == ([], [])
+    pending = nx.ones(3) * 2.0
+    batched = Tensor._wrap(
+        build.TensorImpl(None, params[3]._impl.value, (), np.dtype(np.float32), (5,))
+    )
+    others = [nx.arange(3), pending, batched, np.ones(3, np.float32), 1.5, None]
+    for other in others:  # one leaf the general loop must handle: nothing is built
+        leaves = [params[0], other]
+        seq = graph._next_seq()
+        got_py, t1 = _marked(tr._mark_leaves_py, leaves)
+        got_c, t2 = _marked(_graphc.mark_leaves, leaves)
+        assert got_py is None and got_c is None and not t1.kept and not t2.kept, other
+        assert graph._next_seq() == seq + 1
+
+
+@needs_c
+def test_mark_leaves_errors_match_the_python_reference():
+    from nablax.core.transforms import trace as tr
+
+    x = nx.ones(2)
+    x.numpy()
+
+    def bad_is_float(dtype):
+        raise RuntimeError("no")
+
+    for args in [
+        (5, graph.Trace(None), tr.trace_input_p, tr.is_float),
+        ([x], graph.Trace(None), tr.trace_input_p, bad_is_float),
+        ([x], object(), tr.trace_input_p, tr.is_float),
+    ]:
+        e_py, e_c = _error(tr._mark_leaves_py, *args), _error(_graphc.mark_leaves, *args)
         assert e_py is not None and e_c is e_py, (args, e_py, e_c)
 
 

@@ -11,13 +11,14 @@
  * plan_scan(order, markers, trace, opaque) -> (env, flags) | None
  * plan_ext(ext, ext_index, var_desc, scalar_code) -> [desc, ...] | None
  * wrap(cls, impl) -> tensor
+ * mark_leaves(leaves, trace, prim, is_float) -> (tensors, nodes) | None
  *
  * Each is an exact equivalent of the pure-Python function of the same name in core/graph.py
  * (`_encode_py`, `_collect_py`, `_describe_py`; `node1` and `node` are core/build.py's `_node1_py`
  * and `_node_py`, `meta` is its `_meta_py`, `replay` is core/transforms/plan.py's
  * `_replay_nodes_py`, `plan_scan` and `plan_ext` its `_scan_py` and `_ext_descs_py`, `wrap`
- * core/tensor.py's `Tensor._wrap_py`, and `trace_collect` core/transforms/trace.py's
- * `_collect_py`), which stays
+ * core/tensor.py's `Tensor._wrap_py`, and `trace_collect` and `mark_leaves` core/transforms/trace.py's
+ * `_collect_py` and `_mark_leaves_py`), which stays
  * the reference: tests/core/test_graph_compiled.py
  * compares the two on random graphs, and CI runs the whole Python 3.12 suite on the pure-Python
  * versions (NABLAX_PURE_PYTHON=1). The extension is built by `pip install` when a C compiler is
@@ -33,7 +34,7 @@
 
 /* Bumped whenever a function's contract changes: core/graph.py uses the extension only when
  * its VERSION is the one it expects (a stale build in a source checkout is ignored). */
-#define GRAPHC_VERSION 8
+#define GRAPHC_VERSION 9
 
 static PyTypeObject *Var_Type = NULL;
 static PyTypeObject *Node_Type = NULL;
@@ -1653,6 +1654,135 @@ graphc_wrap(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return t;
 }
 
+/* transforms/trace.py's _mark_leaves_py: markers of computed float parameters, or None. */
+static PyObject *
+graphc_mark_leaves(PyObject *self, PyObject *args)
+{
+    PyObject *leaves, *trace, *prim, *is_float, *fast, *new = NULL, *nodes = NULL, *kept = NULL;
+    PyObject *last_dtype = NULL; /* the last dtype is_float accepted (borrowed from its impl) */
+    if (!PyArg_ParseTuple(args, "OOOO:mark_leaves", &leaves, &trace, &prim, &is_float) ||
+        !ready() || !build_ready()) {
+        return NULL;
+    }
+    if (Tensor_Type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nablax.core._graphc: setup_tensor was not called");
+        return NULL;
+    }
+    fast = PySequence_Fast(leaves, "mark_leaves: leaves must be a sequence");
+    if (fast == NULL) {
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    /* every leaf first: a computed, unbatched float Tensor, or the caller's general loop runs */
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *leaf = items[k];
+        if (!Py_IS_TYPE(leaf, Tensor_Type)) {
+            goto general;
+        }
+        PyObject *impl = *(PyObject **)((char *)leaf + tensor_impl_off);
+        if (impl == NULL || !Py_IS_TYPE(impl, Impl_Type)) {
+            goto general;
+        }
+#define IMPL_FIELD(i) (*(PyObject **)((char *)impl + impl_off[i]))
+        PyObject *src = IMPL_FIELD(I_SRC), *bs = IMPL_FIELD(I_BATCH_SHAPE);
+        PyObject *value = IMPL_FIELD(I_VALUE), *dtype = IMPL_FIELD(I_DTYPE);
+        if (src != Py_None || value == NULL || value == Py_None || bs == NULL || dtype == NULL ||
+            IMPL_FIELD(I_LIT) == NULL || IMPL_FIELD(I_SHAPE) == NULL ||
+            IMPL_FIELD(I_SHARDING) == NULL) {
+            goto general;
+        }
+        int batched = PyObject_IsTrue(bs);
+        if (batched < 0) {
+            goto error;
+        }
+        if (batched) {
+            goto general;
+        }
+        if (dtype != last_dtype) {
+            PyObject *r = PyObject_CallOneArg(is_float, dtype);
+            int ok = r == NULL ? -1 : PyObject_IsTrue(r);
+            Py_XDECREF(r);
+            if (ok < 0) {
+                goto error;
+            }
+            if (!ok) {
+                goto general;
+            }
+            last_dtype = dtype;
+        }
+    }
+    kept = PyObject_GetAttrString(trace, "kept");
+    new = PyList_New(n);
+    nodes = PyList_New(n);
+    if (kept == NULL || new == NULL || nodes == NULL) {
+        goto error;
+    }
+    PyObject *one = PyLong_FromLong(1);
+    if (one == NULL) {
+        goto error;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *impl = *(PyObject **)((char *)items[k] + tensor_impl_off);
+        PyObject *value = IMPL_FIELD(I_VALUE);
+        PyObject *inputs = PyTuple_Pack(1, IMPL_FIELD(I_LIT));
+        if (inputs == NULL) {
+            Py_DECREF(one);
+            goto error;
+        }
+        PyObject *a[8] = {prim, empty_tuple, inputs, one, IMPL_FIELD(I_SHAPE), IMPL_FIELD(I_DTYPE),
+                          trace, Py_None};
+        PyObject *out = graphc_node1(self, a, 8);
+        Py_DECREF(inputs);
+        if (out == NULL) {
+            Py_DECREF(one);
+            goto error;
+        }
+        /* a fresh impl of node1: its src slot is the Var (node, 0) */
+        PyObject *node = PyTuple_GET_ITEM(*(PyObject **)((char *)out + impl_off[I_SRC]), 0);
+        PyObject *vals = PyList_New(1);
+        PyObject *wr = vals == NULL ? NULL : PyWeakref_NewRef(node, NULL);
+        if (wr == NULL) {
+            Py_XDECREF(vals);
+            Py_DECREF(out);
+            Py_DECREF(one);
+            goto error;
+        }
+        Py_INCREF(value);
+        PyList_SET_ITEM(vals, 0, value);
+        put_field(node, node_off[F_VALUES], vals);
+        set_field(out, impl_off[I_VALUE], value);
+        set_field(out, impl_off[I_LIT], IMPL_FIELD(I_LIT));
+        set_field(out, impl_off[I_SHARDING], IMPL_FIELD(I_SHARDING));
+        int bad = PyList_Append(kept, wr) < 0;
+        Py_DECREF(wr);
+        PyObject *t = bad ? NULL : Tensor_Type->tp_alloc(Tensor_Type, 0);
+        if (t == NULL) {
+            Py_DECREF(out);
+            Py_DECREF(one);
+            goto error;
+        }
+        put_field(t, tensor_impl_off, out); /* steals out */
+        PyList_SET_ITEM(new, k, t);
+        Py_INCREF(node);
+        PyList_SET_ITEM(nodes, k, node);
+    }
+#undef IMPL_FIELD
+    Py_DECREF(one);
+    Py_DECREF(kept);
+    Py_DECREF(fast);
+    return Py_BuildValue("(NN)", new, nodes);
+general:
+    Py_DECREF(fast);
+    Py_RETURN_NONE;
+error:
+    Py_DECREF(fast);
+    Py_XDECREF(kept);
+    Py_XDECREF(new);
+    Py_XDECREF(nodes);
+    return NULL;
+}
+
 static PyMethodDef graphc_methods[] = {
     {"setup", graphc_setup, METH_VARARGS,
      "setup(Var, Node, Literal): the graph IR's classes (core/graph.py calls it once)."},
@@ -1676,6 +1806,9 @@ static PyMethodDef graphc_methods[] = {
      "setup_tensor(Tensor): core/tensor.py's class, for wrap."},
     {"wrap", (PyCFunction)(void (*)(void))graphc_wrap, METH_FASTCALL,
      "wrap(cls, impl) -> tensor: Tensor._wrap (a classmethod), compiled."},
+    {"mark_leaves", graphc_mark_leaves, METH_VARARGS,
+     "mark_leaves(leaves, trace, prim, is_float) -> (tensors, nodes) or None: trace."
+     "_mark_leaves."},
     {"meta", graphc_meta, METH_O,
      "meta(inputs) -> (refs, depth, trace, batched): build._meta, compiled."},
     {"trace_collect", graphc_trace_collect, METH_VARARGS,

@@ -393,7 +393,7 @@ def _load_compiled():
     return _graphc
 
 
-_COMPILED_VERSION = 8
+_COMPILED_VERSION = 9
 _compiled = _load_compiled()
 
 #: Whether the graph walks below run compiled (core/_graphc.c) or in pure Python.

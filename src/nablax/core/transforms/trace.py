@@ -118,6 +118,41 @@ def mark(t: Tensor, trace: Trace) -> Tensor:
     return Tensor._wrap(out)
 
 
+def _mark_leaves_py(leaves, trace: Trace, prim, is_float):
+    """``(markers, marker nodes)`` of ``leaves`` when every one is a computed, unbatched
+    ``Tensor`` whose dtype ``is_float`` accepts (a model's parameters: :func:`mark`'s leaf case,
+    for all of them at once), else None (the caller marks leaf by leaf).
+
+    ``_mark_leaves`` is this function, or its compiled equivalent (core/_graphc.c's
+    ``mark_leaves``) when the optional extension is built."""
+    for leaf in leaves:
+        if type(leaf) is not Tensor:
+            return None
+        impl = leaf._impl
+        if (
+            type(impl) is not TensorImpl
+            or impl.src is not None
+            or impl.value is None
+            or impl.batch_shape
+            or not is_float(impl.dtype)
+        ):
+            return None
+    markers, nodes = [], []
+    for leaf in leaves:
+        impl = leaf._impl
+        out = bind_leaf(prim, (), impl.lit, impl.shape, impl.dtype, trace)
+        node = out.src[0]
+        node.values = [impl.value]
+        out.value, out.lit, out.sharding = impl.value, impl.lit, impl.sharding
+        trace.kept.append(_weakref(node))
+        markers.append(Tensor._wrap(out))
+        nodes.append(node)
+    return markers, nodes
+
+
+_mark_leaves = _mark_leaves_py if _compiled is None else _compiled.mark_leaves
+
+
 def marker_of(t: Tensor) -> Node:
     src = t._impl.src
     assert src is not None and src[0].prim is trace_input_p, "not a marked tensor"

@@ -29,6 +29,7 @@ from .trace import (
     GRAD_ROOT,
     LEAVES,
     LazyOutputs,
+    _mark_leaves,
     collect,
     depends,
     is_float,
@@ -37,6 +38,7 @@ from .trace import (
     open_trace,
     ref_key,
     tensor_of,
+    trace_input_p,
 )
 from .vmap import sum_to_batch, vmap_depth
 
@@ -169,6 +171,12 @@ def _mark_args(api, f, args, argnums, trace, allow_int):
                 f"argnums={a} but {_fname(f)} was called with {len(args)} positional argument(s)",
             )
         leaves, treedef = _tree.flatten(args[a])
+        fast = _mark_leaves(leaves, trace, trace_input_p, is_float)  # a model's parameters
+        if fast is not None:
+            new_leaves, nodes = fast
+            per_arg.append((treedef, nodes, leaves))
+            args[a] = _tree.unflatten(treedef, new_leaves)
+            continue
         new_leaves, nodes = [], []
         for i, leaf in enumerate(leaves):
             if type(leaf) is Tensor and is_float(leaf.dtype):  # the common case: nothing to say
