@@ -18,7 +18,7 @@ import jax
 from ... import _caches
 from ...kernels import executor as _executor
 from ...kernels._call import CallSpec
-from ..build import bind
+from ..build import bind, bind_known
 from ..primitive import Primitive, derived, primitive
 from ..prims import _rules
 from ..tensor import Tensor, to_impl
@@ -146,8 +146,9 @@ def call_on_tensors(spec: CallSpec, leaves: list):
     arrays = [to_impl(leaves[i]) for i in spec.array_pos]
     traced = any(isinstance(leaves[i], Tensor) and _traced(leaves[i]) for i in spec.array_pos)
     in_avals = tuple((tuple(i.shape), i.dtype) for i in arrays)
-    _, y_def, n_out = _structure(spec, traced, in_avals)
-    impls = bind(kernel_call_p, arrays, (spec, traced))
+    avals, y_def, n_out = _structure(spec, traced, in_avals)
+    # the output avals are known (kernel_call_p's rule would look up the same _structure)
+    impls = bind_known(kernel_call_p, arrays, (spec, traced), avals)
     return jax.tree_util.tree_unflatten(y_def, [Tensor._wrap(i) for i in impls[:n_out]])
 
 
