@@ -218,6 +218,70 @@ is_pending(PyObject *m, PyObject *index)
     return r;
 }
 
+/* Whether a Var input names a pending value (realization's walk follows those): 1, 0, -1. */
+static int
+pending_var(PyObject *var)
+{
+    if (PyTuple_GET_SIZE(var) < 2) {
+        PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+        return -1;
+    }
+    return is_pending(PyTuple_GET_ITEM(var, 0), PyTuple_GET_ITEM(var, 1));
+}
+
+/* Whether a Var input's producer belongs to a trace (the reverse pass's walk): 1, 0, -1. */
+static int
+traced_var(PyObject *var)
+{
+    PyObject *t = node_get(PyTuple_GET_ITEM(var, 0), F_TRACE);
+    if (t == NULL) {
+        return -1;
+    }
+    Py_DECREF(t); /* only compared with None */
+    return t != Py_None;
+}
+
+/* Push onto `stack`, and add to `seen`, the producer of each Var among a node's `inputs` that
+ * `seen` lacks and `want` accepts. `want_first`: ask `want` before looking in `seen` (the order
+ * in which the Python walk reads them). Returns 0, or -1 on error. */
+static int
+push_producers(PyObject *inputs, PyObject *seen, PyObject *stack, int (*want)(PyObject *),
+               int want_first)
+{
+    PyObject *fast = PySequence_Fast(inputs, "node inputs must be a sequence");
+    if (fast == NULL) {
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    int bad = 0;
+    for (Py_ssize_t k = 0; k < n && !bad; k++) {
+        PyObject *inp = items[k];
+        if (!Py_IS_TYPE(inp, Var_Type)) {
+            continue;
+        }
+        if (PyTuple_GET_SIZE(inp) < 1) {
+            PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+            bad = 1;
+            break;
+        }
+        PyObject *m = PyTuple_GET_ITEM(inp, 0);
+        int ok = want_first ? want(inp) : 1;
+        int has = ok <= 0 ? 0 : PyDict_Contains(seen, m);
+        if (ok > 0 && has == 0 && !want_first) {
+            ok = want(inp);
+        }
+        if (ok < 0 || has < 0) {
+            bad = 1;
+        }
+        else if (ok && !has) {
+            bad = PyDict_SetItem(seen, m, Py_None) < 0 || PyList_Append(stack, m) < 0;
+        }
+    }
+    Py_DECREF(fast);
+    return bad ? -1 : 0;
+}
+
 static PyObject *
 graphc_collect(PyObject *self, PyObject *args)
 {
@@ -252,7 +316,7 @@ graphc_collect(PyObject *self, PyObject *args)
     while (PyList_GET_SIZE(stack) > 0) {
         Py_ssize_t top = PyList_GET_SIZE(stack) - 1;
         PyObject *node = PyList_GET_ITEM(stack, top);
-        PyObject *inputs, *fast;
+        PyObject *inputs;
         Py_INCREF(node);
         if (PyList_SetSlice(stack, top, top + 1, NULL) < 0) {
             Py_DECREF(node);
@@ -263,40 +327,11 @@ graphc_collect(PyObject *self, PyObject *args)
         if (inputs == NULL) {
             goto error;
         }
-        fast = PySequence_Fast(inputs, "node inputs must be a sequence");
+        int bad = push_producers(inputs, seen, stack, pending_var, 0) < 0;
         Py_DECREF(inputs);
-        if (fast == NULL) {
+        if (bad) {
             goto error;
         }
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-        PyObject **items = PySequence_Fast_ITEMS(fast);
-        for (Py_ssize_t k = 0; k < n; k++) {
-            PyObject *inp = items[k];
-            if (!Py_IS_TYPE(inp, Var_Type)) {
-                continue;
-            }
-            if (PyTuple_GET_SIZE(inp) < 2) {
-                PyErr_SetString(PyExc_IndexError, "tuple index out of range");
-                Py_DECREF(fast);
-                goto error;
-            }
-            PyObject *m = PyTuple_GET_ITEM(inp, 0);
-            int has = PyDict_Contains(seen, m);
-            if (has < 0) {
-                Py_DECREF(fast);
-                goto error;
-            }
-            if (has) {
-                continue;
-            }
-            int pend = is_pending(m, PyTuple_GET_ITEM(inp, 1));
-            if (pend < 0 ||
-                (pend && (PyDict_SetItem(seen, m, Py_None) < 0 || PyList_Append(stack, m) < 0))) {
-                Py_DECREF(fast);
-                goto error;
-            }
-        }
-        Py_DECREF(fast);
     }
     Py_DECREF(stack);
     Py_INCREF(seen);
@@ -1371,42 +1406,11 @@ graphc_trace_collect(PyObject *self, PyObject *args)
             Py_XDECREF(inputs);
             continue;
         }
-        PyObject *fast = PySequence_Fast(inputs, "node inputs must be a sequence");
+        int bad = push_producers(inputs, seen, stack, traced_var, 1) < 0;
         Py_DECREF(inputs);
-        if (fast == NULL) {
+        if (bad) {
             goto error;
         }
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-        PyObject **items = PySequence_Fast_ITEMS(fast);
-        for (Py_ssize_t k = 0; k < n; k++) {
-            PyObject *inp = items[k];
-            if (!Py_IS_TYPE(inp, Var_Type)) {
-                continue;
-            }
-            if (PyTuple_GET_SIZE(inp) < 1) {
-                PyErr_SetString(PyExc_IndexError, "tuple index out of range");
-                Py_DECREF(fast);
-                goto error;
-            }
-            PyObject *m = PyTuple_GET_ITEM(inp, 0);
-            PyObject *t = node_get(m, F_TRACE);
-            if (t == NULL) {
-                Py_DECREF(fast);
-                goto error;
-            }
-            int traced = t != Py_None;
-            Py_DECREF(t);
-            if (!traced) {
-                continue;
-            }
-            int has = PyDict_Contains(seen, m);
-            if (has < 0 ||
-                (!has && (PyDict_SetItem(seen, m, Py_None) < 0 || PyList_Append(stack, m) < 0))) {
-                Py_DECREF(fast);
-                goto error;
-            }
-        }
-        Py_DECREF(fast);
     }
     out = PyDict_Keys(seen);
     if (out == NULL || sort_by_seq(out) < 0) {
