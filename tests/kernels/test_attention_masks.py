@@ -303,6 +303,35 @@ def test_dtype_errors_still_raise_after_a_good_call_was_remembered():
             attention(x, x, x, bias=good)
 
 
+def test_shape_errors_still_raise_after_a_good_call_was_remembered():
+    """check_options remembers calls without dropout that passed, by layout, shapes and dtypes:
+    a mask, bias or layout that fails must raise every time, before and after a good call with
+    the same q/k/v; a call with dropout is checked in full every time."""
+    from nablax.kernels.library import attention_ext as ext_mod
+
+    x = jnp.zeros((1, 4, 2, 8))
+    good = jnp.ones((4, 4), bool)
+    key = jnp.array([1, 2], jnp.uint32)
+    for _ in range(2):
+        assert attention(x, x, x, mask=good).shape == x.shape
+        with pytest.raises(ShapeError):
+            attention(x, x, x, mask=jnp.ones((4, 3), bool))
+        with pytest.raises(ShapeError):
+            attention(x, x, x, bias=jnp.zeros((5, 4)))
+        with pytest.raises(ValueError, match="layout must be one of"):
+            attention(x, x, x, mask=good, layout="bsdh")
+        with pytest.raises(ValueError, match="not in \\[0, 1\\]"):
+            attention(x, x, x, dropout_rate=1.5, dropout_key=key)
+        # the memo's answer is the full check's
+        ext = {"mask": good, "layout": "bhsd"}
+        q4 = jnp.zeros((1, 2, 4, 8))
+        assert (
+            ext_mod.check_options(q4, q4, q4, ext)[1:]
+            == ext_mod._check_options(q4, q4, q4, ext)[1:]
+        )
+        assert ext_mod.check_options(q4, q4, q4, ext)[0] == ext
+
+
 def test_grouped_heads_must_divide():
     q, kv = jnp.zeros((1, 4, 4, 8)), jnp.zeros((1, 4, 3, 8))
     with pytest.raises(ShapeError, match="disagree"):

@@ -32,6 +32,24 @@ def _heads(x: Tensor) -> int:
     return x.shape[-3] if x.ndim >= 3 else 1
 
 
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Raise the error of the first bad argument (ranks and dtypes, in argument order)."""
+    for name, x in (("query", q), ("key", k), ("value", v)):
+        if x.ndim < 2:
+            raise op_error(
+                ShapeError, _OP, f"{name} must have at least 2 dims (..., L, E), got {x.shape}",
+                "add a sequence axis",
+            )  # fmt: skip
+        if not dtypes.is_floating(x.dtype):
+            raise op_error(DTypeError, _OP, f"{name} must be floating, got {x.dtype}", "cast it")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise op_error(
+            DTypeError, _OP,
+            f"query, key and value must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}",
+            "cast them to one dtype, e.g. key.astype(query.dtype)",
+        )  # fmt: skip
+
+
 def scaled_dot_product_attention(
     query,
     key,
@@ -77,22 +95,15 @@ def scaled_dot_product_attention(
     True
     """
     from ..kernels import library
+    from ..kernels.executor import default_executor
 
-    q, k, v = (_t(x) for x in (query, key, value))
-    for name, x in (("query", q), ("key", k), ("value", v)):
-        if x.ndim < 2:
-            raise op_error(
-                ShapeError, _OP, f"{name} must have at least 2 dims (..., L, E), got {x.shape}",
-                "add a sequence axis",
-            )  # fmt: skip
-        if not dtypes.is_floating(x.dtype):
-            raise op_error(DTypeError, _OP, f"{name} must be floating, got {x.dtype}", "cast it")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise op_error(
-            DTypeError, _OP,
-            f"query, key and value must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}",
-            "cast them to one dtype, e.g. key.astype(query.dtype)",
-        )  # fmt: skip
+    q, k, v = _t(query), _t(key), _t(value)
+    dt = q.dtype
+    if not (
+        len(q.shape) >= 2 and len(k.shape) >= 2 and len(v.shape) >= 2
+        and k.dtype == dt and v.dtype == dt and dtypes.is_floating(dt)
+    ):  # fmt: skip
+        _check_qkv(q, k, v)
     hq, hk, hv = _heads(q), _heads(k), _heads(v)
     if enable_gqa:
         if hq % hk or hq % hv:
@@ -102,7 +113,7 @@ def scaled_dot_product_attention(
                 f"query's ({hq}), got query {q.shape}, key {k.shape}, value {v.shape}",
                 "give key and value a head count that divides the query's",
             )  # fmt: skip
-    elif any(h not in (1, max(hq, hk, hv)) for h in (hq, hk, hv)):
+    elif not hq == hk == hv and any(h not in (1, max(hq, hk, hv)) for h in (hq, hk, hv)):
         raise op_error(
             ShapeError, _OP,
             f"head counts (dim -3) {hq}, {hk}, {hv} of query, key, value do not broadcast",
@@ -137,7 +148,13 @@ def scaled_dot_product_attention(
             "pass float(scale), or multiply query by a tensor scale instead",
         )  # fmt: skip
     q, k, v = _cast_for_autocast(q, k, v)
-    return library.attention(
-        q, k, v, causal=bool(is_causal), scale=scale, mask=mask, bias=bias,
-        dropout_rate=p, dropout_key=dropout_key, layout="bhsd",
-    )  # fmt: skip
+    # library.attention's call, with the options left at their defaults left out (the kernel's
+    # prepare drops them anyway)
+    options: dict = {"causal": bool(is_causal), "scale": scale, "layout": "bhsd"}
+    if mask is not None:
+        options["mask"] = mask
+    if bias is not None:
+        options["bias"] = bias
+    if dropout_key is not None:
+        options["dropout_rate"], options["dropout_key"] = p, dropout_key
+    return default_executor()(library.ATTENTION, q, k, v, **options)

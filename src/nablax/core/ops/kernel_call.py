@@ -43,7 +43,8 @@ def _flat_call(spec: CallSpec, with_res: bool):
 
 
 def _structure(spec: CallSpec, with_res: bool, in_avals: tuple):
-    """(flat output avals, output treedef, output count) of a call; traced once per signature."""
+    """(flat output avals, output treedef, output count, whether the output is one array) of a
+    call; traced once per signature."""
     key = (spec, with_res, in_avals)
     hit = _avals.get(key)
     if hit is not None:
@@ -52,9 +53,13 @@ def _structure(spec: CallSpec, with_res: bool, in_avals: tuple):
     y_struct = jax.eval_shape(spec.plain, *structs)
     leaves, treedef = jax.tree_util.tree_flatten(y_struct)
     flat = jax.eval_shape(_flat_call(spec, with_res), *structs)
-    out = (tuple((tuple(o.shape), o.dtype) for o in flat), treedef, len(leaves))
+    single = treedef == _LEAF
+    out = (tuple((tuple(o.shape), o.dtype) for o in flat), treedef, len(leaves), single)
     _avals.put(key, out)
     return out
+
+
+_LEAF = jax.tree_util.tree_structure(0)  # the treedef of a single array
 
 
 def _abstract(params, *avals):
@@ -114,7 +119,7 @@ def _kernel_vjp_rule(params, cts, primals, outs):
     spec, with_res = params
     impls = [p._impl if isinstance(p, Tensor) else to_impl(p) for p in primals]
     in_avals = tuple((tuple(i.shape), i.dtype) for i in impls)
-    _, y_def, n_out = _structure(spec, with_res, in_avals)
+    _, y_def, n_out, _ = _structure(spec, with_res, in_avals)
     if with_res:
         flat = list(outs)
     else:  # built outside a trace but differentiated anyway: recompute the residuals
@@ -143,12 +148,19 @@ kernel_call_p = primitive(
 
 def call_on_tensors(spec: CallSpec, leaves: list):
     """Add the kernel call to the lazy graph; returns the output pytree of Tensors."""
-    arrays = [to_impl(leaves[i]) for i in spec.array_pos]
-    traced = any(isinstance(leaves[i], Tensor) and _traced(leaves[i]) for i in spec.array_pos)
-    in_avals = tuple((tuple(i.shape), i.dtype) for i in arrays)
-    avals, y_def, n_out = _structure(spec, traced, in_avals)
+    arrays = []
+    traced = False
+    for i in spec.array_pos:
+        x = leaves[i]
+        arrays.append(to_impl(x))
+        if not traced and isinstance(x, Tensor):
+            traced = _traced(x)
+    in_avals = tuple([(tuple(i.shape), i.dtype) for i in arrays])
+    avals, y_def, n_out, single = _structure(spec, traced, in_avals)
     # the output avals are known (kernel_call_p's rule would look up the same _structure)
     impls = bind_known(kernel_call_p, arrays, (spec, traced), avals)
+    if single:  # one array out (attention, matmul...): no tree to rebuild
+        return Tensor._wrap(impls[0])
     return jax.tree_util.tree_unflatten(y_def, [Tensor._wrap(i) for i in impls[:n_out]])
 
 

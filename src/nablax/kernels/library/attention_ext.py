@@ -470,8 +470,49 @@ def _check_dtypes(q, k, v, mask, bias) -> None:
         raise DTypeError(f"{API}: bias must be floating, got {describe(bias)}. Fix: cast it")
 
 
+# (layout, shapes and dtypes of q, k, v, mask, bias) -> (seq_q, seq_kv, head_dim) of calls
+# without dropout that passed every check: what check_options reads of such a call, all of it
+_CHECKED_OPTIONS = _caches.Cache("kernels.attention_checked_options", 1024)
+
+
+def _options_key(q, k, v, ext: dict) -> tuple | None:
+    """The memo key of a call without dropout whose arrays have plain shapes and numpy dtypes;
+    None for any other call (it is checked in full every time)."""
+    if "dropout_key" in ext or "dropout_rate" in ext:
+        return None
+    mask, bias = ext.get("mask"), ext.get("bias")
+    try:
+        key = (
+            ext.get("layout", "bshd"), len(ext),
+            q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype,
+            None if mask is None else (mask.shape, mask.dtype),
+            None if bias is None else (bias.shape, bias.dtype),
+        )  # fmt: skip
+    except AttributeError:
+        return None
+    for x in (q, k, v, mask, bias):
+        if x is not None and not (type(x.shape) is tuple and isinstance(x.dtype, np.dtype)):
+            return None
+    return key
+
+
 def check_options(q, k, v, ext: dict) -> tuple[dict, int, int, int]:
-    """Validate the extra options; ``(normalized options, seq_q, seq_kv, head_dim)``."""
+    """Validate the extra options; ``(normalized options, seq_q, seq_kv, head_dim)``.
+
+    A call without dropout is a function of its layout, shapes and dtypes: the result of one
+    that passed is remembered (a failing call is never stored, and raises every time)."""
+    okey = _options_key(q, k, v, ext)
+    if okey is not None:
+        hit = _CHECKED_OPTIONS.get(okey)
+        if hit is not None:
+            return (dict(ext), *hit)
+    out = _check_options(q, k, v, ext)
+    if okey is not None:
+        _CHECKED_OPTIONS.put(okey, out[1:])
+    return out
+
+
+def _check_options(q, k, v, ext: dict) -> tuple[dict, int, int, int]:
     ext = dict(ext)
     layout = ext.get("layout", "bshd")
     if layout not in LAYOUTS:
