@@ -1,5 +1,5 @@
 """The optional compiled graph walks (core/_graphc.c) against their pure-Python references
-(core/graph.py's ``_encode_py``, ``_collect_py``, ``_describe_py``; core/build.py's
+(core/graph.py's ``_encode_py``, ``_collect_py``, ``_describe_py``, ``_flat_key_py``; core/build.py's
 ``_node1_py``, ``_node_py``, ``_meta_py``; transforms/trace.py's ``_collect_py``; transforms/
 plan.py's ``_replay_nodes_py``).
 
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import types
 import weakref
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -59,6 +60,7 @@ def test_the_environment_variable_selects_the_pure_python_walks():
         "assert trace.collect is trace._collect_py\n"
         "assert plan._replay_nodes is plan._replay_nodes_py and plan._scan is plan._scan_py\n"
         "assert plan._ext_descs is plan._ext_descs_py\n"
+        "assert plan._make_key is plan._caches.HashedTuple\n"
         "from nablax.core.tensor import Tensor\n"
         "assert Tensor.__dict__['_wrap'] is Tensor.__dict__['_wrap_py']\n"
         "assert trace._mark_leaves is trace._mark_leaves_py\n"
@@ -801,3 +803,133 @@ def test_plan_replay_matches_the_python_reference(monkeypatch, kind):
         graphs.append((steps, [type(e) for e in ext], g.numpy()))
     assert graphs[0][0] == graphs[1][0] and graphs[0][1] == graphs[1][1]
     np.testing.assert_array_equal(graphs[0][2], graphs[1][2])
+
+
+# ---- flat_key: structure keys as one flat tuple ----------------------------------------------
+
+
+class _Eq:
+    """A leaf with its own equality (a params object such as a kernel's CallSpec)."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return isinstance(other, _Eq) and self.v == other.v
+
+    def __hash__(self):
+        return hash(("eq", self.v))
+
+
+class _Tup(tuple):
+    """A tuple subclass: a leaf (only exact tuples are flattened)."""
+
+
+def _random_key(rng, depth=0):
+    r = rng.random()
+    if depth < 4 and r < 0.35:
+        n = rng.choice([0, 1, 2, 3, 5, 15, 16, 17, 40])
+        return tuple(_random_key(rng, depth + 1) for _ in range(n))
+    return rng.choice(
+        [
+            lambda: rng.randint(-3, 3),
+            lambda: rng.randint(-40000, 40000),  # beyond the shared ints too
+            lambda: rng.choice([2**70, -(2**70), 32767, 32768, -32768, -32769, -1, -2]),
+            lambda: rng.choice([True, False, None, 1.0, -0.0, float("nan"), "a", "bb", np.float32]),
+            lambda: rng.choice([Fraction(2), 2.0, 2, 1, 0]),  # equal across types
+            lambda: _Eq(rng.randint(0, 2)),
+            lambda: _Tup((rng.randint(0, 2),)),
+        ]
+    )()
+
+
+def _mutate(rng, key):
+    """``key`` with one leaf or one tuple's length changed (often equal to it anyway)."""
+    if type(key) is not tuple or not key or rng.random() < 0.2:
+        return _random_key(rng, 3)
+    i = rng.randrange(len(key))
+    if rng.random() < 0.2:
+        return key[:i] + key[i + 1 :]  # a shorter tuple
+    return key[:i] + (_mutate(rng, key[i]),) + key[i + 1 :]
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_flat_key_matches_the_python_reference(seed):
+    rng = random.Random(seed)
+    key = _random_key(rng)
+    flat, h = _graphc.flat_key(key, graph.MARKS)
+    ref_flat, ref_h = graph._flat_key_py(key)
+    assert h == ref_h
+    assert len(flat) == len(ref_flat)
+    for a, b in zip(flat, ref_flat):
+        # the same objects, except ints of the shared range (equal, maybe another object)
+        assert a is b or (type(a) is int and type(b) is int and a == b)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_flat_keys_are_equal_exactly_when_the_keys_are(seed):
+    """The encoding is a bijection onto its image: equal nested keys give equal flat keys (and
+    hashes), different ones different flat keys, including keys that differ only in a tuple
+    boundary, a tuple's length past the marks, or a leaf that is a tuple subclass."""
+    rng = random.Random(seed)
+    fk = graph.flat_key
+    for _ in range(30):
+        a = _random_key(rng)
+        b = _mutate(rng, a) if rng.random() < 0.8 else _random_key(rng)
+        nan_free = "nan" not in repr((a, b))
+        if nan_free:
+            assert (fk(a)[0] == fk(b)[0]) == (a == b), (a, b)
+        if a == b:
+            assert fk(a)[1] == fk(b)[1]
+        ka, kb = graph.FlatKey(a), graph.FlatKey(b)
+        if nan_free:
+            assert (ka == kb) == (a == b) and (ka != kb) == (a != b)
+        assert ka == graph.FlatKey(a) or not nan_free
+    # boundaries: the same leaves, grouped differently
+    assert fk(((1, 2), 3))[0] != fk((1, (2, 3)))[0] != fk((1, 2, 3))[0]
+    assert fk(((),))[0] != fk(((), ()))[0] != fk(())[0]
+    assert fk((_Tup((1, 2)),))[0] != fk(((1, 2),))[0]
+    long_a, long_b = tuple(range(16)), tuple(range(17))
+    assert fk(long_a)[0] != fk(long_b)[0] and fk((long_a,))[0] != fk((long_a, 16))[0]
+
+
+@needs_c
+def test_flat_key_errors_match_hashing_the_nested_key():
+    """A key nested past the interpreter's recursion limit raises RecursionError, and an
+    unhashable leaf TypeError, as hashing the nested key (which a plan key always is) would;
+    the Python reference raises the same TypeError."""
+    deep: tuple = ()
+    for _ in range(100_000):
+        deep = (deep,)
+    with pytest.raises(RecursionError):
+        _graphc.flat_key(deep, graph.MARKS)
+    for f in (lambda k: _graphc.flat_key(k, graph.MARKS), graph._flat_key_py, hash):
+        with pytest.raises(TypeError, match="unhashable"):
+            f(((1, [2]), 3))
+
+
+@needs_c
+def test_plan_keys_are_flat_when_compiled():
+    """Compiled runs key the backward plan cache by FlatKey: a second call with the same
+    structure replays the plan the first recorded (the keys are equal, the gradient right), and
+    another structure records its own."""
+    from nablax.core.transforms import plan
+
+    if not graph.COMPILED:
+        pytest.skip("this process runs the pure-Python walks")
+    assert plan._make_key is graph.FlatKey
+    nx.clear_caches()
+    w = nx.arange(6.0).reshape(2, 3) * 0.1
+
+    def f(w, k):
+        return ((w * k).tanh() ** 2).sum()
+
+    nx.grad(f)(w, 2.0)
+    rec = plan._S.recordings
+    g = nx.grad(f)(w + 1, 2.0)  # the same structure: replayed
+    assert plan._S.recordings == rec
+    t = np.tanh((np.arange(6.0).reshape(2, 3) * 0.1 + 1) * 2.0)
+    np.testing.assert_allclose(g.numpy(), 2 * t * (1 - t * t) * 2.0, rtol=1e-5, atol=1e-6)
+    nx.grad(lambda w: f(w, 2.0).sin())(w)  # another structure: recorded
+    assert plan._S.recordings == rec + 1

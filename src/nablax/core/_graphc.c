@@ -12,13 +12,14 @@
  * plan_ext(ext, ext_index, var_desc, scalar_code) -> [desc, ...] | None
  * wrap(cls, impl) -> tensor
  * mark_leaves(leaves, trace, prim, is_float) -> (tensors, nodes) | None
+ * flat_key(key, marks) -> (flat, hash)
  *
  * Each is an exact equivalent of the pure-Python function of the same name in core/graph.py
  * (`_encode_py`, `_collect_py`, `_describe_py`; `node1` and `node` are core/build.py's `_node1_py`
  * and `_node_py`, `meta` is its `_meta_py`, `replay` is core/transforms/plan.py's
  * `_replay_nodes_py`, `plan_scan` and `plan_ext` its `_scan_py` and `_ext_descs_py`, `wrap`
  * core/tensor.py's `Tensor._wrap_py`, and `trace_collect` and `mark_leaves` core/transforms/trace.py's
- * `_collect_py` and `_mark_leaves_py`), which stays
+ * `_collect_py` and `_mark_leaves_py`, and `flat_key` core/graph.py's `_flat_key_py`), which stays
  * the reference: tests/core/test_graph_compiled.py
  * compares the two on random graphs, and CI runs the whole Python 3.12 suite on the pure-Python
  * versions (NABLAX_PURE_PYTHON=1). The extension is built by `pip install` when a C compiler is
@@ -34,7 +35,7 @@
 
 /* Bumped whenever a function's contract changes: core/graph.py uses the extension only when
  * its VERSION is the one it expects (a stale build in a source checkout is ignored). */
-#define GRAPHC_VERSION 9
+#define GRAPHC_VERSION 10
 
 static PyTypeObject *Var_Type = NULL;
 static PyTypeObject *Node_Type = NULL;
@@ -1787,6 +1788,191 @@ error:
     return NULL;
 }
 
+/* ---- flat_key: a nested structure key as one flat tuple ----------------------------------
+ *
+ * graph._flat_key_py: every exact tuple of length n becomes marks[n] followed by its items
+ * (marks[m] then n when n >= m = len(marks) - 1), recursively; any other object is kept as it
+ * is. Equal keys give equal flat keys and unequal keys unequal ones (the encoding is
+ * self-delimiting and each mark equals only itself), so the flat key can stand for the nested
+ * one in a cache. Comparing two flat keys reads one contiguous array instead of chasing every
+ * nested tuple of a stored key (which, stored long ago, misses the processor's caches). Exact
+ * ints in [-FK_INTS, FK_INTS) are replaced by one shared object per value: equal ints are then
+ * identical and compare without being read. Returns (flat, hash): the hash mixes the items'
+ * hashes (a mark's index for a mark) as CPython's tuple hash does, in the same pass; equal keys
+ * have equal hashes as long as their items' hashes agree with their equality (Python's rule). */
+#define FK_INTS 32768
+static PyObject *fk_ints[2 * FK_INTS];
+
+#if SIZEOF_PY_UHASH_T > 4
+#define FK_P1 11400714785074694791ULL
+#define FK_P2 14029467366897019727ULL
+#define FK_P5 2870177450012600261ULL
+#define FK_ROT(x) ((x << 31) | (x >> 33))
+#else
+#define FK_P1 2654435761UL
+#define FK_P2 2246822519UL
+#define FK_P5 374761393UL
+#define FK_ROT(x) ((x << 13) | (x >> 19))
+#endif
+
+typedef struct {
+    PyObject *out;
+    PyObject **marks;
+    Py_ssize_t m; /* tuples of length >= m: marks[m] then the length */
+    Py_ssize_t i;
+    Py_uhash_t acc;
+} fk_state;
+
+static int
+fk_count(PyObject *x, Py_ssize_t m, Py_ssize_t *n)
+{
+    if (!PyTuple_CheckExact(x)) {
+        *n += 1;
+        return 0;
+    }
+    if (Py_EnterRecursiveCall(" in flat_key")) {
+        return -1;
+    }
+    Py_ssize_t len = PyTuple_GET_SIZE(x);
+    *n += len < m ? 1 : 2;
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (fk_count(PyTuple_GET_ITEM(x, i), m, n) < 0) {
+            Py_LeaveRecursiveCall();
+            return -1;
+        }
+    }
+    Py_LeaveRecursiveCall();
+    return 0;
+}
+
+/* The lane of the hash of a mark: FK_MARK_LANE + its index in marks */
+#define FK_MARK_LANE 1000003
+
+static inline void
+fk_mix(fk_state *st, Py_uhash_t lane)
+{
+    st->acc += lane * FK_P2;
+    st->acc = FK_ROT(st->acc);
+    st->acc *= FK_P1;
+}
+
+/* x (a new reference) as the next item of the flat key, its hash mixed in (an exact int is
+ * made the shared object of its value) */
+static int
+fk_put(fk_state *st, PyObject *x)
+{
+    if (x == NULL) {
+        return -1;
+    }
+    Py_uhash_t lane = 0;
+    if (PyLong_CheckExact(x)) {
+        int overflow = 0;
+        long v = PyLong_AsLongAndOverflow(x, &overflow);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(x);
+            return -1;
+        }
+        if (!overflow && v >= -FK_INTS && v < FK_INTS) {
+            PyObject **slot = &fk_ints[v + FK_INTS];
+            if (*slot == NULL) {
+                *slot = Py_NewRef(x); /* kept for the process: one object per value */
+            }
+            Py_SETREF(x, Py_NewRef(*slot));
+            lane = (Py_uhash_t)(v == -1 ? -2 : v); /* hash(v) */
+        }
+        else {
+            Py_hash_t h = PyObject_Hash(x);
+            if (h == -1) {
+                Py_DECREF(x);
+                return -1;
+            }
+            lane = (Py_uhash_t)h;
+        }
+    }
+    else {
+        Py_hash_t h = PyObject_Hash(x);
+        if (h == -1) {
+            Py_DECREF(x);
+            return -1;
+        }
+        lane = (Py_uhash_t)h;
+    }
+    PyTuple_SET_ITEM(st->out, st->i++, x);
+    fk_mix(st, lane);
+    return 0;
+}
+
+static inline int
+fk_mark(fk_state *st, Py_ssize_t k)
+{
+    PyTuple_SET_ITEM(st->out, st->i++, Py_NewRef(st->marks[k]));
+    fk_mix(st, (Py_uhash_t)(FK_MARK_LANE + k));
+    return 0;
+}
+
+static int
+fk_fill(fk_state *st, PyObject *x)
+{
+    if (!PyTuple_CheckExact(x)) {
+        return fk_put(st, Py_NewRef(x));
+    }
+    Py_ssize_t len = PyTuple_GET_SIZE(x);
+    if (len < st->m) {
+        fk_mark(st, len);
+    }
+    else {
+        fk_mark(st, st->m);
+        if (fk_put(st, PyLong_FromSsize_t(len)) < 0) {
+            return -1;
+        }
+    }
+    for (Py_ssize_t k = 0; k < len; k++) {
+        if (fk_fill(st, PyTuple_GET_ITEM(x, k)) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+graphc_flat_key(PyObject *self, PyObject *args)
+{
+    PyObject *key, *marks;
+    if (!PyArg_ParseTuple(args, "OO!:flat_key", &key, &PyTuple_Type, &marks)) {
+        return NULL;
+    }
+    Py_ssize_t m = PyTuple_GET_SIZE(marks) - 1;
+    if (m < 0) {
+        PyErr_SetString(PyExc_ValueError, "flat_key: marks must not be empty");
+        return NULL;
+    }
+    Py_ssize_t n = 0;
+    if (fk_count(key, m, &n) < 0) {
+        return NULL;
+    }
+    fk_state st = {PyTuple_New(n), &PyTuple_GET_ITEM(marks, 0), m, 0, FK_P5};
+    if (st.out == NULL) {
+        return NULL;
+    }
+    if (fk_fill(&st, key) < 0) {
+        Py_DECREF(st.out); /* unset items are NULL: tuple dealloc skips them */
+        return NULL;
+    }
+    st.acc += (Py_uhash_t)n ^ (FK_P5 ^ 3527539UL);
+    if (st.acc == (Py_uhash_t)-1) {
+        st.acc = 1546275796;
+    }
+    PyObject *h = PyLong_FromSsize_t((Py_hash_t)st.acc);
+    if (h == NULL) {
+        Py_DECREF(st.out);
+        return NULL;
+    }
+    PyObject *res = PyTuple_Pack(2, st.out, h);
+    Py_DECREF(st.out);
+    Py_DECREF(h);
+    return res;
+}
+
 static PyMethodDef graphc_methods[] = {
     {"setup", graphc_setup, METH_VARARGS,
      "setup(Var, Node, Literal): the graph IR's classes (core/graph.py calls it once)."},
@@ -1817,6 +2003,8 @@ static PyMethodDef graphc_methods[] = {
      "meta(inputs) -> (refs, depth, trace, batched): build._meta, compiled."},
     {"trace_collect", graphc_trace_collect, METH_VARARGS,
      "trace_collect(roots, stop) -> [node, ...]: transforms/trace.py's collect, compiled."},
+    {"flat_key", graphc_flat_key, METH_VARARGS,
+     "flat_key(key, marks) -> (flat, hash): graph._flat_key_py, compiled."},
     {"describe", graphc_describe, METH_VARARGS,
      "describe(ext, position) -> (ext_desc, leaves, const_groups, positions)."},
     {NULL, NULL, 0, NULL},

@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -367,6 +368,98 @@ def _describe_py(ext, position) -> tuple[list, list, dict, list]:
     return ext_desc, leaves, const_groups, positions
 
 
+class _TupleMark:
+    """A marker :func:`flat_key` puts where a tuple starts: equal to itself only."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int | None) -> None:
+        self.length = length
+
+    def __repr__(self) -> str:
+        return f"<tuple of {self.length}>" if self.length is not None else "<tuple of n>"
+
+
+#: ``MARKS[n]`` starts a tuple of length ``n`` in a flat key; ``MARKS[-1]`` followed by the length
+#: starts a longer one.
+MARKS: tuple = tuple(_TupleMark(n) for n in range(16)) + (_TupleMark(None),)
+
+_W = sys.hash_info.width
+_MASK = (1 << _W) - 1
+if _W > 32:
+    _P1, _P2, _P5, _ROT = 11400714785074694791, 14029467366897019727, 2870177450012600261, 31
+else:
+    _P1, _P2, _P5, _ROT = 2654435761, 2246822519, 374761393, 13
+
+
+def _flat_key_py(key, marks: tuple = MARKS) -> tuple[tuple, int]:
+    """``(flat, hash)``: ``key`` written as one flat tuple, each exact tuple of length ``n`` as
+    ``marks[n]`` followed by its items (``marks[-1]``, then ``n``, for ``n >= len(marks) - 1``),
+    recursively; other objects kept as they are. ``hash`` mixes the items' hashes (a mark's
+    index, plus a constant, for a mark) as CPython's tuple hash does: equal keys have equal
+    hashes (``1``, ``1.0`` and ``True`` too), and an unhashable item raises ``TypeError``.
+
+    The encoding is self-delimiting and a mark equals only itself, so two keys are equal exactly
+    when their flat tuples are: a cache of long nested structure keys (backward plans) can store
+    the flat one (:class:`FlatKey`). Comparing flat keys reads one contiguous array where nested
+    ones chase every tuple of the stored key, memory the processor's caches no longer hold once
+    a training step has run in between. (The compiled version also makes equal ints of a small
+    range one object, so they compare without being read.)
+
+    >>> flat, _ = _flat_key_py(((1, 2), "a", ()), ("T0", "T1", "T2", "T*"))
+    >>> flat
+    ('T*', 3, 'T2', 1, 2, 'a', 'T0')
+    """
+    m = len(marks) - 1
+    out: list = []
+    lanes: list = []  # what the hash reads of each item
+    stack = [key]
+    while stack:
+        x = stack.pop()
+        if type(x) is tuple:
+            n = len(x)
+            k = n if n < m else m
+            out.append(marks[k])
+            lanes.append(_MARK_LANE + k)
+            if n >= m:
+                out.append(n)
+                lanes.append(hash(n))
+            stack.extend(reversed(x))
+        else:
+            out.append(x)
+            lanes.append(hash(x))
+    acc = _P5
+    for lane in lanes:
+        acc = (acc + (lane & _MASK) * _P2) & _MASK
+        acc = ((acc << _ROT) | (acc >> (_W - _ROT))) & _MASK
+        acc = (acc * _P1) & _MASK
+    acc = (acc + (len(out) ^ (_P5 ^ 3527539))) & _MASK
+    if acc == _MASK:
+        acc = 1546275796
+    return tuple(out), acc - (1 << _W) if acc >= 1 << (_W - 1) else acc
+
+
+_MARK_LANE = 1000003  # a mark's lane in the hash: this plus its index in marks
+
+
+class FlatKey:
+    """A cache key made of a structure key's flat tuple and its hash (see :func:`flat_key`)."""
+
+    __slots__ = ("flat", "hash")
+
+    def __init__(self, key) -> None:
+        self.flat, self.hash = flat_key(key)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is FlatKey and self.hash == other.hash and self.flat == other.flat
+
+    def __repr__(self) -> str:
+        return f"FlatKey({len(self.flat)} items)"
+
+
 def _load_compiled():
     """The optional C extension's module (core/_graphc.c), or None.
 
@@ -393,7 +486,7 @@ def _load_compiled():
     return _graphc
 
 
-_COMPILED_VERSION = 9
+_COMPILED_VERSION = 10
 _compiled = _load_compiled()
 
 #: Whether the graph walks below run compiled (core/_graphc.c) or in pure Python.
@@ -407,6 +500,14 @@ else:
     encode = _encode_py
     collect = _collect_py
     describe = _describe_py
+
+
+def flat_key(key) -> tuple[tuple, int]:
+    """:func:`_flat_key_py` of ``key`` with :data:`MARKS` (compiled when the extension is
+    built)."""
+    if _compiled is not None:
+        return _compiled.flat_key(key, MARKS)
+    return _flat_key_py(key)
 
 
 def run_steps(steps, env: list, ext) -> list:

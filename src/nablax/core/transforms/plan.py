@@ -29,7 +29,7 @@ from typing import Any
 
 from ... import _caches, _config
 from ..build import bind_refs
-from ..graph import SCALAR_TYPES, Var, _compiled, encode, new_var, seq_of
+from ..graph import SCALAR_TYPES, FlatKey, Var, _compiled, encode, new_var, seq_of
 from ..realize import realize_impls
 from ..tensor import Tensor
 from .trace import Opaque, node_avals
@@ -188,11 +188,16 @@ def signature(order, markers, seeds, trace, depth: int = 0):
             fr.ext.append(cref if cref is not None else cimpl.lit)
         seed_codes.append((b + j, ~s, cimpl.shape, cimpl.dtype, cimpl.batch_shape))
     marker_slots = tuple(fr.pos.get(m, -1) for m in markers)
+    parts = ((tuple(steps), flags, tuple(ext_desc)), marker_slots, tuple(seed_codes), depth)
     # hashed once: the plan cache hashes it on lookup and again when the pass is recorded
-    key = _caches.HashedTuple(
-        ((tuple(steps), flags, tuple(ext_desc)), marker_slots, tuple(seed_codes), depth)
-    )
-    return key, fr
+    return _make_key(parts), fr
+
+
+# Compiled: the key flattened into one tuple (graph.FlatKey), so that a lookup compares one
+# contiguous array with the stored key instead of walking its hundreds of nested tuples (in a
+# training step the stored key has left the processor's caches: about 4x faster there). Pure
+# Python keeps the nested key: flattening it there would cost more than it saves.
+_make_key = FlatKey if _compiled is not None else _caches.HashedTuple
 
 
 def lookup(key):
