@@ -933,3 +933,39 @@ def test_plan_keys_are_flat_when_compiled():
     np.testing.assert_allclose(g.numpy(), 2 * t * (1 - t * t) * 2.0, rtol=1e-5, atol=1e-6)
     nx.grad(lambda w: f(w, 2.0).sin())(w)  # another structure: recorded
     assert plan._S.recordings == rec + 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_realization_structure_keys_compare_as_their_parts(seed):
+    """realize.StructureKey (flat when compiled, nested in pure Python) is equal to another
+    exactly when their parts are, hashes alike when equal, and reads as its parts (unpacking,
+    indexing: the compiler and the recompile report use them)."""
+    from nablax.core import realize
+
+    rng = random.Random(seed)
+    for _ in range(20):
+        a = tuple(_random_key(rng) for _ in range(4))
+        b = _mutate(rng, a) if rng.random() < 0.8 else tuple(_random_key(rng) for _ in range(4))
+        if type(b) is not tuple or len(b) != 4 or "nan" in repr((a, b)):
+            continue
+        ka, kb = realize.StructureKey(a), realize.StructureKey(b)
+        assert (ka == kb) == (a == b) and (ka != kb) == (a != b)
+        if a == b:
+            assert hash(ka) == hash(kb)
+        assert tuple(ka) == a and ka[0] == a[0] and len(ka) == 4
+        assert ka != a  # never equal to a plain tuple: the program cache holds keys only
+
+
+def test_a_program_is_compiled_once_per_structure():
+    """The program cache hits for a second graph of the same structure (other input values) and
+    misses for another structure: the keys compare through the flat form when compiled."""
+    nx.clear_caches()
+    f = lambda x: ((x * 2).sin() + 1).sum().item()  # noqa: E731
+    f(nx.arange(6.0))
+    before = nx.cache_info()
+    y = np.linspace(0, 1, 6, dtype=np.float32)
+    assert f(nx.tensor(y)) == pytest.approx(float(np.sum(np.sin(y * 2) + 1)), rel=1e-5)
+    assert nx.cache_info().compiles == before.compiles  # the same structure: a hit
+    assert nx.cache_info().hits == before.hits + 1
+    ((nx.tensor(y) * 2).cos() + 1).sum().item()  # another primitive: a new program
+    assert nx.cache_info().compiles == before.compiles + 1

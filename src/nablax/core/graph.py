@@ -145,17 +145,24 @@ def end_trace(trace: Trace) -> None:
     eager code (inputs dropped, tensors no longer pointing at their node)."""
     trace.active = False
     kept, trace.kept = trace.kept, []
+    last: Any = _NO_TRACE  # the previous node's trace, and its heir: most nodes share one
+    heir = None
     for wr in kept:
         node = wr()
         if node is None:
             continue
-        heir = node.trace
-        while heir is not None and not _self_alive(heir):
-            heir = heir.parent
+        t = node.trace
+        if t is not last:
+            last = heir = t
+            while heir is not None and not _self_alive(heir):
+                heir = heir.parent
         if heir is not None:
             heir.kept.append(wr)
         else:
             release(node)
+
+
+_NO_TRACE: Any = object()
 
 
 def _self_alive(t: Trace) -> bool:

@@ -32,7 +32,7 @@ import numpy as np
 
 from .. import _caches, _config
 from ..errors import ConcretizationError
-from . import cpu_threads, gc_threshold, host_limits, host_memory, recompiles
+from . import cpu_threads, gc_threshold, graph, host_limits, host_memory, recompiles
 from .context import CTX, reset_prune_threshold
 from .graph import (
     POSITION,
@@ -42,6 +42,7 @@ from .graph import (
     collect,
     describe,
     encode,
+    flat_key,
     gc_paused,
     new_literal,
     new_var,
@@ -319,10 +320,42 @@ _seq = operator.attrgetter("seq")
 _collect = collect  # graph.collect: compiled (core/_graphc.c) when built
 
 
-class StructureKey(_caches.HashedTuple):
-    """A structure key ``(steps, ext_desc, out_codes, n_slots)`` that hashes its contents once:
-    a long eager chain's key holds thousands of steps, and the program cache looks it up,
-    inserts it and reorders it (a plain tuple would hash every step each time)."""
+class StructureKey:
+    """A structure key ``(steps, ext_desc, out_codes, n_slots)`` (iterable and indexable as that
+    tuple, ``parts``) that hashes its contents once: a long eager chain's key holds thousands of
+    steps, and the program cache looks it up, inserts it and reorders it.
+
+    With the compiled graph walks, equality and the hash go through the key's flat form
+    (:func:`graph.flat_key`): a cache hit compares one contiguous array with the stored key
+    instead of walking its nested tuples, which have left the processor's caches by the time a
+    training step reads its loss."""
+
+    __slots__ = ("parts", "flat", "hash")
+
+    def __init__(self, parts: tuple) -> None:
+        self.parts = parts
+        if _FLAT:
+            self.flat, self.hash = flat_key(parts)
+        else:
+            self.flat, self.hash = parts, hash(parts)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is StructureKey and self.hash == other.hash and self.flat == other.flat
+
+    def __iter__(self):
+        return iter(self.parts)
+
+    def __getitem__(self, i):
+        return self.parts[i]
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+
+_FLAT = graph.COMPILED  # pure Python: flattening would cost more than the compare saves
 
 
 def _structure(seen: dict, boundary=(), only=None):

@@ -53,13 +53,10 @@ def _structure(spec: CallSpec, with_res: bool, in_avals: tuple):
     y_struct = jax.eval_shape(spec.plain, *structs)
     leaves, treedef = jax.tree_util.tree_flatten(y_struct)
     flat = jax.eval_shape(_flat_call(spec, with_res), *structs)
-    single = treedef == _LEAF
+    single = jax.tree_util.treedef_is_leaf(treedef)
     out = (tuple((tuple(o.shape), o.dtype) for o in flat), treedef, len(leaves), single)
     _avals.put(key, out)
     return out
-
-
-_LEAF = jax.tree_util.tree_structure(0)  # the treedef of a single array
 
 
 def _abstract(params, *avals):
