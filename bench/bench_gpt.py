@@ -47,6 +47,9 @@ peers take turns in blocks of ``--block`` steps, in an order rotated every round
 *Compiles*: XLA backend compilations (a ``jax.monitoring`` listener) in the check and in the timed
 steps, and nablax's ``nx.cache_info().compiles``. *Nodes*: the graph nodes one eager nablax step
 builds (forward, backward, clip, AdamW), counted with the graph's creation counter.
+*Build*: the time of nablax's eager step call alone (it builds the graph; nothing runs until the
+loss is read), timed right after nablax's check and before any other peer runs in the process,
+then after a pause, with warm caches, and once more after every peer ran (``build_times``).
 """
 
 from __future__ import annotations
