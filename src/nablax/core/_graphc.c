@@ -1865,6 +1865,7 @@ fk_put(fk_state *st, PyObject *x)
         return -1;
     }
     Py_uhash_t lane = 0;
+    int shared = 0; /* a small exact int: its lane is its value, no hash call */
     if (PyLong_CheckExact(x)) {
         int overflow = 0;
         long v = PyLong_AsLongAndOverflow(x, &overflow);
@@ -1879,17 +1880,10 @@ fk_put(fk_state *st, PyObject *x)
             }
             Py_SETREF(x, Py_NewRef(*slot));
             lane = (Py_uhash_t)(v == -1 ? -2 : v); /* hash(v) */
-        }
-        else {
-            Py_hash_t h = PyObject_Hash(x);
-            if (h == -1) {
-                Py_DECREF(x);
-                return -1;
-            }
-            lane = (Py_uhash_t)h;
+            shared = 1;
         }
     }
-    else {
+    if (!shared) {
         Py_hash_t h = PyObject_Hash(x);
         if (h == -1) {
             Py_DECREF(x);
