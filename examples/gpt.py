@@ -113,9 +113,15 @@ def manual_attention(q, k, v, mask):
 
 
 _SDPA = getattr(F, "scaled_dot_product_attention", None)
-ATTENTION = {"manual": manual_attention}
+# name -> (attention(q, k, v, mask), whether it applies the causal mask itself). One that does
+# gets only the extra mask (None, or the keys ``valid`` hides); one that does not gets the full
+# boolean mask, causal part included.
+ATTENTION = {"manual": (manual_attention, False)}
 if _SDPA is not None:
-    ATTENTION["sdpa"] = lambda q, k, v, mask: _SDPA(q, k, v, attn_mask=mask)
+    ATTENTION["sdpa"] = (
+        lambda q, k, v, mask: _SDPA(q, k, v, attn_mask=mask, is_causal=True),
+        True,
+    )
 
 
 class Block(nn.Module):
@@ -145,7 +151,7 @@ class Block(nn.Module):
         h = self.heads
         q, k, v = nx.split(self.qkv(self.ln1(x)), 3, axis=-1)
         q, k, v = (z.reshape(b, t, h, c // h).transpose(0, 2, 1, 3) for z in (q, k, v))
-        y = ATTENTION[self.attention](q, k, v, mask)  # (b, h, t, c // h)
+        y = ATTENTION[self.attention][0](q, k, v, mask)  # (b, h, t, c // h)
         x = x + self.proj(y.transpose(0, 2, 1, 3).reshape(b, t, c))
         return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
@@ -174,11 +180,15 @@ class GPT(nn.Module):
         the keys where it is False, in addition to the causal mask."""
         t = idx.shape[1]
         x = self.tok(idx) + self.pos.weight[:t]
-        mask = causal_mask(t)
-        if valid is not None:
-            mask = nx.logical_and(mask, valid[None, :])
+        extra = None if valid is None else valid[None, :]  # keys hidden beyond causality
+        full = None  # causal_mask(t) and extra, built once if a block needs it
         for block in self.blocks:
-            x = block(x, mask)
+            if ATTENTION[block.attention][1]:
+                x = block(x, extra)
+                continue
+            if full is None:
+                full = causal_mask(t) if extra is None else nx.logical_and(causal_mask(t), extra)
+            x = block(x, full)
         return self.head(self.ln_f(x))
 
 
