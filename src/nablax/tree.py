@@ -17,11 +17,16 @@ rendered the way error messages show them: ``args[1]['w']``.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
+import operator
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import jax
+
+from . import _caches
 
 __all__ = [
     "flatten",
@@ -42,11 +47,114 @@ __all__ = [
 
 def flatten(tree: Any) -> tuple[list, Any]:
     """Leaves (tensors and other non-container values) and the structure to rebuild the tree."""
+    if type(tree) in _MODULES:
+        e = _MEMO.get(id(tree))
+        if e is not None and e[0]() is tree and _unchanged(e[3]):
+            return list(e[1]), e[2]
+        leaves, treedef = jax.tree_util.tree_flatten(tree)
+        _remember(tree, leaves, treedef)
+        return leaves, treedef
     return jax.tree_util.tree_flatten(tree)
 
 
 def unflatten(treedef: Any, leaves: list) -> Any:
-    return jax.tree_util.tree_unflatten(treedef, leaves)
+    tree = jax.tree_util.tree_unflatten(treedef, leaves)
+    if type(tree) in _MODULES:
+        _remember(tree, leaves, treedef)
+    return tree
+
+
+# ---- flatten memo of module trees ------------------------------------------------------------
+# Every transform and optimizer call flattens the model, its gradients or the optimizer's moment
+# trees: an eager training step walks a 6-layer GPT's 47 modules about 8 times, one Python
+# callback per module each time. A tree whose root is an nn.Module and which holds only modules,
+# lists, tuples, None and Tensor leaves is walked once (or not at all when ``unflatten`` built
+# it): later ``flatten`` calls on the same object reuse its leaves and structure. Sound by
+# construction, from what the tree holds, not from guesses about what code did to it:
+# - modules refuse assignment (FrozenModuleError) and tuples are immutable, so the children of
+#   both never change; a leaf is kept by identity, so a Tensor changed in place is still the
+#   same leaf, and Tensor is no pytree node, so a leaf cannot turn into a container;
+# - each list in the tree is snapshotted (the identity of every element) when the entry is made
+#   and compared at every reuse, outer lists first: a list changed in place (append, item
+#   assignment, sort) fails the comparison and the tree is walked again;
+# - an entry lives as long as its root (a weak reference); a module under construction, a
+#   dict, a namedtuple, another registered class or another leaf type anywhere in the tree
+#   leaves that tree unmemoized (walked every time, as before).
+_MODULES: dict[type, tuple[str, ...]] = {}  # module class -> its child field names
+_MEMO: dict[int, tuple] = {}  # id(root) -> (weakref to root, leaves, treedef, list snapshots)
+_MEMO_MAX = 4096  # entries; past it the memo starts over (live roots are few in practice)
+# treedef -> the paths to its lists, or None: not memoized
+_PROGRAMS = _caches.Cache("tree.flatten_programs", 256)
+_tensor_type: Any = None
+_map = builtins.map  # this module's map is the tree map
+
+
+def _register_module(cls: type, children: tuple[str, ...]) -> None:
+    """Called by ``nn.Module`` for each module class: its children are the ``children`` fields
+    of ``__dict__``, which its instances never reassign."""
+    _MODULES[cls] = children
+
+
+def _unchanged(snapshots: tuple) -> bool:
+    for lst, items in snapshots:
+        if len(lst) != len(items) or not all(_map(operator.is_, lst, items)):
+            return False
+    return True
+
+
+def _lists(node: Any, path: tuple, out: list) -> bool:
+    """Append the paths (field names and indices from the root) of the lists under ``node``,
+    outer lists first; False if the tree holds anything the memo does not take."""
+    t = type(node)
+    if t is _tensor_type or node is None:
+        return True
+    names = _MODULES.get(t)
+    if names is not None:
+        d = node.__dict__
+        if "_nx_initializing" in d:
+            return False
+        return all(_lists(d[n], (*path, n), out) for n in names)
+    if t is list or t is tuple:
+        if t is list:
+            out.append(path)
+        return all(_lists(c, (*path, i), out) for i, c in enumerate(node))
+    return False
+
+
+def _remember(tree: Any, leaves: list, treedef: Any) -> None:
+    global _tensor_type
+    if _tensor_type is None:
+        from .core.tensor import Tensor
+
+        _tensor_type = Tensor
+    if leaves and set(_map(type, leaves)) != {_tensor_type}:
+        return
+    try:
+        program = _PROGRAMS.get(treedef, False)
+    except TypeError:  # static fields that do not hash
+        return
+    if program is False:
+        paths: list = []
+        program = tuple(paths) if _lists(tree, (), paths) else None
+        _PROGRAMS.put(treedef, program)
+    if program is None or "_nx_initializing" in tree.__dict__:
+        return
+    snapshots = []
+    for path in program:
+        node = tree
+        for step in path:
+            node = node.__dict__[step] if type(step) is str else node[step]
+        snapshots.append((node, tuple(node)))
+    key = id(tree)
+
+    def drop(ref: Any, key: int = key) -> None:
+        e = _MEMO.get(key)
+        if e is not None and e[0] is ref:
+            _MEMO.pop(key, None)
+
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[key] = (weakref.ref(tree, drop), tuple(leaves), treedef, tuple(snapshots))
 
 
 def leaves(tree: Any) -> list:

@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 
+from .. import tree as _tree
 from ..core.tensor import Tensor
 from ..errors import NablaxError
 
@@ -192,6 +193,9 @@ class Module(metaclass=_ModuleMeta):
         unflatten = _make_unflatten(cls, children, static)
 
         jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
+        if cls.__setattr__ is Module.__setattr__ and cls.__delattr__ is Module.__delattr__:
+            # immutable instances: their trees' flattens are memoized (nablax/tree.py)
+            _tree._register_module(cls, children)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if self.__dict__.get("_nx_initializing"):
