@@ -57,9 +57,9 @@ ALLOWED: dict[str, str] = {
     "nablax._io:_PLAIN": CONST,
     "nablax._io:_STORED_AS": CONST,
     "nablax.tree:_MODULES": REGISTRY + ": nn.Module classes and their child fields",
-    "nablax.tree:_MEMO": "flatten memo of live module trees: an entry dies with its root (weak "
+    "nablax.tree:_FLATTENED": "flatten memo of live module trees: an entry dies with its root (weak "
     "reference), is checked against every list in the tree at each use, and the memo starts over "
-    "past _MEMO_MAX entries",
+    "past _FLATTENED_MAX entries",
     # core
     "nablax.core.cpu_threads:_changed": "process-wide state: threads nablax moved to SCHED_BATCH",
     "nablax.core.dtypes:_CANON": CONST,

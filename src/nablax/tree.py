@@ -48,7 +48,7 @@ __all__ = [
 def flatten(tree: Any) -> tuple[list, Any]:
     """Leaves (tensors and other non-container values) and the structure to rebuild the tree."""
     if type(tree) in _MODULES:
-        e = _MEMO.get(id(tree))
+        e = _FLATTENED.get(id(tree))
         if e is not None and e[0]() is tree and _unchanged(e[3]):
             return list(e[1]), e[2]
         leaves, treedef = jax.tree_util.tree_flatten(tree)
@@ -81,17 +81,20 @@ def unflatten(treedef: Any, leaves: list) -> Any:
 #   dict, a namedtuple, another registered class or another leaf type anywhere in the tree
 #   leaves that tree unmemoized (walked every time, as before).
 _MODULES: dict[type, tuple[str, ...]] = {}  # module class -> its child field names
-_MEMO: dict[int, tuple] = {}  # id(root) -> (weakref to root, leaves, treedef, list snapshots)
-_MEMO_MAX = 4096  # entries; past it the memo starts over (live roots are few in practice)
+_FLATTENED: dict[int, tuple] = {}  # id(root) -> (weakref to root, leaves, treedef, list snapshots)
+_FLATTENED_MAX = 4096  # entries; past it the memo starts over (live roots are few in practice)
 # treedef -> the paths to its lists, or None: not memoized
 _PROGRAMS = _caches.Cache("tree.flatten_programs", 256)
 _tensor_type: Any = None
 _map = builtins.map  # this module's map is the tree map
 
 
-def _register_module(cls: type, children: tuple[str, ...]) -> None:
+def _register_module(cls: type, children: tuple[str, ...], tensor_type: type) -> None:
     """Called by ``nn.Module`` for each module class: its children are the ``children`` fields
-    of ``__dict__``, which its instances never reassign."""
+    of ``__dict__``, which its instances never reassign; ``tensor_type`` is ``Tensor`` (this base
+    module does not import the core)."""
+    global _tensor_type
+    _tensor_type = tensor_type
     _MODULES[cls] = children
 
 
@@ -122,11 +125,6 @@ def _lists(node: Any, path: tuple, out: list) -> bool:
 
 
 def _remember(tree: Any, leaves: list, treedef: Any) -> None:
-    global _tensor_type
-    if _tensor_type is None:
-        from .core.tensor import Tensor
-
-        _tensor_type = Tensor
     if leaves and set(_map(type, leaves)) != {_tensor_type}:
         return
     try:
@@ -148,13 +146,13 @@ def _remember(tree: Any, leaves: list, treedef: Any) -> None:
     key = id(tree)
 
     def drop(ref: Any, key: int = key) -> None:
-        e = _MEMO.get(key)
+        e = _FLATTENED.get(key)
         if e is not None and e[0] is ref:
-            _MEMO.pop(key, None)
+            _FLATTENED.pop(key, None)
 
-    if len(_MEMO) >= _MEMO_MAX:
-        _MEMO.clear()
-    _MEMO[key] = (weakref.ref(tree, drop), tuple(leaves), treedef, tuple(snapshots))
+    if len(_FLATTENED) >= _FLATTENED_MAX:
+        _FLATTENED.clear()
+    _FLATTENED[key] = (weakref.ref(tree, drop), tuple(leaves), treedef, tuple(snapshots))
 
 
 def leaves(tree: Any) -> list:

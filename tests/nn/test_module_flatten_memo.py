@@ -38,7 +38,7 @@ def _same_as_jax(tree):
 def test_second_flatten_is_served_from_the_memo_and_equal():
     net = Net(nx.random.key(0))
     first = _same_as_jax(net)
-    assert id(net) in _tree._MEMO
+    assert id(net) in _tree._FLATTENED
     second = _same_as_jax(net)
     assert second == first and second is not first  # a fresh list each time
     second.append("x")  # the caller's list is its own
@@ -64,7 +64,7 @@ def test_trees_built_by_unflatten_are_remembered_with_their_lists():
     net = Net(nx.random.key(0))
     leaves, treedef = _tree.flatten(net)
     rebuilt = _tree.unflatten(treedef, [x * 2 for x in leaves])
-    assert id(rebuilt) in _tree._MEMO
+    assert id(rebuilt) in _tree._FLATTENED
     got = _same_as_jax(rebuilt)
     np.testing.assert_allclose(got[0].numpy(), 2 * leaves[0].numpy())
     rebuilt.layers.pop()
@@ -80,7 +80,7 @@ def test_trees_the_memo_does_not_take_are_walked_each_time():
 
     m = WithDict()
     _same_as_jax(m)
-    assert id(m) not in _tree._MEMO
+    assert id(m) not in _tree._FLATTENED
     m.d["b"] = nx.ones(2)
     assert len(_same_as_jax(m)) == 2
 
@@ -92,7 +92,7 @@ def test_trees_the_memo_does_not_take_are_walked_each_time():
 
     a = WithArray()
     _same_as_jax(a)
-    assert id(a) not in _tree._MEMO
+    assert id(a) not in _tree._FLATTENED
 
 
 def test_module_flattened_during_its_own_init_is_not_remembered():
@@ -115,10 +115,10 @@ def test_entries_die_with_their_root():
     net = Net(nx.random.key(0))
     _tree.flatten(net)
     key = id(net)
-    assert key in _tree._MEMO
+    assert key in _tree._FLATTENED
     del net
     gc.collect()
-    assert key not in _tree._MEMO
+    assert key not in _tree._FLATTENED
 
 
 def test_training_after_list_surgery_matches_a_fresh_model():
