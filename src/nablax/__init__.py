@@ -180,6 +180,11 @@ from .core.transforms.vmap import vmap
 from . import distributed
 from .distributed import process_count, process_index
 
+# isort: split
+from .core import jaxlib_bugs as _jaxlib_bugs
+
+_jaxlib_bugs.check()  # a jaxlib release with known wrong answers or crashes: say so at import
+
 __version__ = "0.1.0"
 
 

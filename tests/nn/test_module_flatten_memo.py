@@ -142,8 +142,10 @@ def test_training_after_list_surgery_matches_a_fresh_model():
     g2 = nx.grad(loss)(net, x)
     fresh = nx.tree.unflatten(nx.tree.structure(net), list(jax.tree_util.tree_leaves(net)))
     g_ref = nx.grad(loss)(fresh, x)
+    # the two gradients are separate programs, which XLA may fuse differently: a few ulps apart
+    # (values are O(1)); a stale structure would give the old layer's gradients, O(0.1) off
     for a, b in zip(jax.tree_util.tree_leaves(g2), jax.tree_util.tree_leaves(g_ref)):
-        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
     assert g2.layers[1].weight.shape == swapped.weight.shape
     # the optimizer's checks see the swapped layer too: state from the old tree still fits
     updates, state = opt.update(g2, state, net)
