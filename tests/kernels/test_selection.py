@@ -4,7 +4,12 @@ kernels/tuner.py)."""
 from __future__ import annotations
 
 import math
+import os
+import sqlite3
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +32,7 @@ from nablax.kernels import (
 )
 
 DEV = device_fingerprint()
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 class FakeTuner(Tuner):
@@ -300,3 +306,132 @@ def test_untunable_keys_are_bounded_and_tried_again_once_dropped(store, monkeypa
         with pytest.warns(RuntimeWarning, match="candidate"):
             assert chain.select(_inv(k, n), k).cfg == Reps(1)
     assert 1 <= len(chain._untunable) <= 3
+
+
+# --- two processes tuning one call at once -------------------------------------------------------
+
+
+class _OtherProcessTuner(FakeTuner):
+    """Times like FakeTuner, but while it tunes "another process" (a second PersistentCache on
+    the same file: its own SQLite connection) stores its result for the same call first."""
+
+    def __init__(self, table, path, key, cfg, source="autotune"):
+        super().__init__(table)
+        self.path, self.key, self.cfg, self.source = path, key, cfg, source
+
+    def time_once(self, compiled, arrays, cfg):
+        if not self.timed:
+            with PersistentCache(self.path) as other:
+                other.put(*self.key, self.cfg, source=self.source, timings=[(self.cfg, 0.5, None)])
+        return super().time_once(compiled, arrays, cfg)
+
+
+def test_a_call_tuned_by_two_processes_at_once_uses_the_first_stored_config(kernel, store):
+    """Autotuned candidates may differ in the last bits of their results: two processes that
+    tune one call at once must not each run with their own winner (a resumed training run would
+    then differ from the one that never stopped). The later one uses the first one's entry."""
+    inv = _inv(kernel)
+    key = (DEV, kernel.versioned_id, inv.call_key)
+    table = {Reps(300): 3.0, Reps(3): 1.0, Reps(30): 2.0}
+    chain = ConfigSelectorChain(
+        ConfigCache(), AutotunePolicy(), _OtherProcessTuner(table, store.path, key, Reps(30)), store
+    )
+    choice = chain.select(inv, kernel)
+    assert chain.tuner.timed == [Reps(300), Reps(3), Reps(30)]  # it did tune (fastest: Reps(3))
+    assert (choice.cfg, choice.source) == (Reps(30), "persistent")  # ... but uses the first's
+    entry = store.get_entry(*key)
+    assert (entry.cfg, entry.source) == (Reps(30), "autotune")  # the first entry is kept whole
+    assert [t[1] for t in entry.timings] == [0.5]
+    assert chain.select(inv, kernel) == type(choice)(Reps(30), "memory")
+    assert _chain(store).select(inv, kernel).cfg == Reps(30)  # and so does every later process
+
+
+def test_a_heuristic_stored_meanwhile_is_replaced_by_the_tuned_config(kernel, store):
+    """Another process without autotuning stores the heuristic's config while this one tunes:
+    this one's tuned config replaces it (a heuristic entry never blocks tuning)."""
+    inv = _inv(kernel)
+    key = (DEV, kernel.versioned_id, inv.call_key)
+    table = {Reps(300): 3.0, Reps(3): 2.0, Reps(30): 1.0}
+    tuner = _OtherProcessTuner(table, store.path, key, Reps(3), source="heuristic")
+    chain = ConfigSelectorChain(ConfigCache(), AutotunePolicy(min_gain=0), tuner, store)
+    choice = chain.select(inv, kernel)
+    assert (choice.cfg, choice.source) == (Reps(30), "autotune")
+    entry = store.get_entry(*key)
+    assert (entry.cfg, entry.source, len(entry.timings)) == (Reps(30), "autotune", 3)
+
+
+def test_a_stale_entry_is_replaced_after_tuning(kernel, store):
+    """An entry whose class this process cannot rebuild is a miss; tuning replaces it (the
+    compare-and-set sees the row as it was when the miss began)."""
+    inv = _inv(kernel)
+    key = (DEV, kernel.versioned_id, inv.call_key)
+    store.put(*key, Reps(30))
+    with sqlite3.connect(store.path) as raw:
+        raw.execute("UPDATE configs SET cfg_json = replace(cfg_json, 'Reps', 'GoneCfg')")
+    store.close()
+    with pytest.warns(RuntimeWarning, match="GoneCfg"):
+        choice = _chain(store).select(inv, kernel)
+    assert (choice.cfg, choice.source) == (Reps(3), "autotune")
+    assert PersistentCache(store.path).get_entry(*key).cfg == Reps(3)
+
+
+_RACE = """
+import dataclasses, os, sys, time
+import jax.numpy as jnp
+from nablax.kernels import (AutotunePolicy, ConfigCache, ConfigSelectorChain, Invocation, Kernel,
+    PersistentCache, device_fingerprint)
+
+@dataclasses.dataclass(frozen=True)
+class RaceCfg:
+    n: int
+
+class Race(Kernel):
+    def run(self, x, *, cfg):
+        return x * cfg.n
+
+    def candidate_cfgs(self, inv):
+        return [RaceCfg(1), RaceCfg(2)]
+
+class Picks:  # ejKernel's tuner protocol: picks this process's own candidate
+    def autotune(self, make_fn, args, kwargs, candidates):
+        open(os.path.join(sys.argv[1], "tuning-" + sys.argv[2]), "w").close()
+        while len([f for f in os.listdir(sys.argv[1]) if f.startswith("tuning-")]) < 2:
+            time.sleep(0.01)  # both processes are tuning now: neither has stored anything
+        if sys.argv[2] == "late":  # stores only once the other process has stored its result
+            while PersistentCache(path).created(*key) is None:
+                time.sleep(0.01)
+        return candidates[int(sys.argv[3])]
+
+k = Race("race")
+inv = Invocation(k.versioned_id, (jnp.ones(4),), {})
+path = os.path.join(sys.argv[1], "kernels.sqlite")
+key = (device_fingerprint(), k.versioned_id, inv.call_key)
+chain = ConfigSelectorChain(ConfigCache(), AutotunePolicy(), Picks(), PersistentCache(path))
+c = chain.select(inv, k)
+print("RESULT", c.cfg.n, c.source)
+"""
+
+
+def test_two_processes_tuning_one_call_at_once_agree(tmp_path):
+    """Real processes: both miss, both tune (each picking a different candidate), the one that
+    stores second runs with the first one's config."""
+    script = tmp_path / "race.py"
+    script.write_text(_RACE)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path), name, pick],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for name, pick in (("early", "0"), ("late", "1"))
+    ]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        results.append(out.split("RESULT ")[1].strip())
+    assert results == ["1 autotune", "1 persistent"]

@@ -7,7 +7,9 @@ autotune (``Tuner``) → heuristic → ``NoConfigError`` naming the op and the c
 ``AutotunePolicy`` says what a cache miss may do; ``policy_override`` changes a chain's policy for
 a block of code in the current thread / task only. A heuristic result is stored with source
 ``"heuristic"``: a later lookup under a policy that wants autotuning ignores it and tunes, so a
-process without autotuning never blocks a later one from tuning.
+process without autotuning never blocks a later one from tuning. Processes that tune one call at
+the same time agree on one config: the persistent write is a compare-and-set, and a process that
+finds another's entry stored meanwhile uses that one (``Choice.source == "persistent"``).
 
 A call that needs a gradient of a kernel that tunes on forward plus backward (``tune_grad``, the
 bundled attention) is tuned and cached under its own key (``tuner.tuning_key``): training and
@@ -129,6 +131,9 @@ class Choice:
 
     cfg: Any
     source: str
+
+
+_UNSEEN = object()  # _store's "no compare-and-set": the store cannot say what it held
 
 
 _overlays: contextvars.ContextVar[tuple[Mapping, ...]] = contextvars.ContextVar(
@@ -310,10 +315,13 @@ class ConfigSelectorChain:
         if hit is not None:
             return hit
         with self._key_lock(key):  # one tuning per key, however many threads miss at once
+            # when the stored entry was written, read before the check below: _store replaces
+            # it only if no other process stored the call meanwhile (else it uses theirs)
+            seen = self._created(key)
             hit = self._cached(key, policy, kernel, inv)
             if hit is not None:
                 return hit
-            return self._miss(inv, kernel, key, policy)
+            return self._miss(inv, kernel, key, policy, seen)
 
     def tune(self, inv: Invocation, kernel: Kernel) -> tuple[Choice, Any]:
         """Time the candidates of ``inv`` now, whatever the caches hold, and store the winner
@@ -387,7 +395,21 @@ class ConfigSelectorChain:
             self._untunable.clear()
         self._untunable.add(key)
 
-    def _miss(self, inv: Invocation, kernel: Kernel, key: tuple, policy: AutotunePolicy) -> Choice:
+    def _created(self, key: tuple) -> Any:
+        """The persistent entry's ``created`` time (None: no entry), or ``_UNSEEN`` when there
+        is no store or it cannot say (a store object without ``created``, or one that fails)."""
+        store = self.persistent
+        created = getattr(store, "created", None)
+        if created is None:
+            return _UNSEEN
+        try:
+            return created(*key)
+        except Exception:  # noqa: BLE001 - a failing read only loses the compare-and-set
+            return _UNSEEN
+
+    def _miss(
+        self, inv: Invocation, kernel: Kernel, key: tuple, policy: AutotunePolicy, seen: Any
+    ) -> Choice:
         if policy.cache_miss_fallback == "error":
             raise self._no_config(inv, key, "the policy's cache_miss_fallback is 'error'")
         order = ("autotune", "heuristic")
@@ -407,27 +429,47 @@ class ConfigSelectorChain:
                 result = self._autotune(inv, kernel, candidates, policy)
                 timings = _timing_rows(result.timings)
                 if result.best is not None:
-                    self._store(key, inv, result.best, "autotune", timings)
-                    return Choice(result.best, "autotune")
+                    return self._store(key, inv, result.best, "autotune", timings, seen, kernel)
                 tried.append("autotune (every candidate failed)")
                 self._mark_untunable(key)
             elif step == "heuristic" and policy.allow_heuristics:
                 cfg = kernel.hook("heuristic_cfg", plat, sm)(inv)
                 if cfg is not None:
                     check_cfg(kernel, cfg, "heuristic_cfg")
-                    self._store(key, inv, cfg, "heuristic", timings)
-                    return Choice(cfg, "heuristic")
+                    return self._store(key, inv, cfg, "heuristic", timings, seen, kernel)
                 tried.append("heuristic (heuristic_cfg returned None)")
             else:
                 tried.append(f"{step} (not allowed by the policy)")
         raise self._no_config(inv, key, "tried " + ", ".join(tried))
 
-    def _store(self, key: tuple, inv: Invocation, cfg: Any, source: str, timings: tuple) -> None:
-        self.cache.put(*key, cfg, source=source, timings=timings)
+    def _store(
+        self,
+        key: tuple,
+        inv: Invocation,
+        cfg: Any,
+        source: str,
+        timings: tuple,
+        seen: Any = _UNSEEN,
+        kernel: Kernel | None = None,
+    ) -> Choice:
+        """Store ``cfg`` in memory and in the persistent cache, and return the choice to use.
+
+        With ``seen`` (the persistent entry's ``created`` when this miss began) the persistent
+        write is a compare-and-set: if another process stored the call meanwhile (it tuned the
+        same call at the same time), its entry is used here too, when usable, instead of this
+        process's own result. Concurrent processes so agree on one config per call, and every
+        later process reads that one: an autotuned choice (whose numerics may differ in the last
+        bits from another candidate's) is the same everywhere on this machine.
+        """
         store = self.persistent
         if store is not None:
             try:
-                store.put(*key, cfg, source=source, timings=timings, signature=inv.signature)
+                if seen is _UNSEEN:
+                    store.put(*key, cfg, source=source, timings=timings, signature=inv.signature)
+                else:
+                    adopted = self._put_first(store, key, inv, cfg, source, timings, seen, kernel)
+                    if adopted is not None:
+                        return adopted
             except Exception as e:  # noqa: BLE001 - a read-only disk must not stop the call
                 warnings.warn(
                     f"nablax.kernels: could not store the config of {inv.op_id} in {store.path}: "
@@ -435,6 +477,26 @@ class ConfigSelectorChain:
                     RuntimeWarning,
                     stacklevel=4,
                 )
+        self.cache.put(*key, cfg, source=source, timings=timings)
+        return Choice(cfg, source)
+
+    def _put_first(self, store, key, inv, cfg, source, timings, seen, kernel) -> Choice | None:
+        """The compare-and-set write of ``_store``: None when this process's ``cfg`` was stored
+        (or nothing usable is there), else the choice another process stored first."""
+        for _ in range(3):
+            if store.put(
+                *key, cfg, source=source, timings=timings, signature=inv.signature,
+                expect_created=seen,
+            ):  # fmt: skip
+                return None
+            # another process wrote the entry meanwhile: use it if this process can (its class
+            # is known here, and it is not a heuristic where this policy wants tuning) ...
+            entry = store.get_entry(*key, types=lambda: declared_config_types(kernel, inv))
+            if entry is not None and self._usable(entry, key, self.policy):
+                self.cache.put(*key, entry.cfg, source=entry.source, timings=entry.timings)
+                return Choice(entry.cfg, "persistent")
+            seen = store.created(*key)  # ... else replace it, unless it changes again
+        return None
 
     @staticmethod
     def _no_config(inv: Invocation, key: tuple, why: str) -> NoConfigError:

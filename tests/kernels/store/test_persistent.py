@@ -290,6 +290,29 @@ def test_persistent_entry_details_round_trip(db):
     assert len(db) == 1
 
 
+def test_put_with_expect_created_is_a_compare_and_set(db):
+    assert db.created(DEV, OP, "k") is None
+    assert db.put(DEV, OP, "k", Cfg(1), timings=[(Cfg(1), 0.1, None)], expect_created=None)
+    first = db.created(DEV, OP, "k")
+    assert isinstance(first, float) and first == db.get_entry(DEV, OP, "k").created
+    # another writer came first: nothing changes, neither the config nor its timings
+    assert not db.put(DEV, OP, "k", Cfg(2), timings=[(Cfg(2), 0.2, None)], expect_created=None)
+    time.sleep(0.01)
+    assert not db.put(DEV, OP, "k", Cfg(2), expect_created=first - 1.0)
+    e = db.get_entry(DEV, OP, "k")
+    assert (e.cfg, [t[1] for t in e.timings], e.created) == (Cfg(1), [0.1], first)
+    # the row is still the one seen: replaced whole
+    assert db.put(DEV, OP, "k", Cfg(3), source="heuristic", expect_created=first)
+    e = db.get_entry(DEV, OP, "k")
+    assert (e.cfg, e.source, e.timings) == (Cfg(3), "heuristic", ())
+    assert db.created(DEV, OP, "k") > first
+    assert db.put(DEV, OP, "k", Cfg(4)) is True  # without expect_created: always stored
+    with pytest.raises(TypeError, match=r"PersistentCache.put: expect_created must be"):
+        db.put(DEV, OP, "k", Cfg(5), expect_created="yesterday")
+    with pytest.raises(TypeError, match=r"PersistentCache.created"):
+        db.created(DEV, 3, "k")
+
+
 def test_persistent_entries_delete_clear_len(db):
     for i in range(3):
         db.put(DEV, OP, f"m{i}", Cfg(block_m=i))

@@ -44,6 +44,7 @@ from .schema import NewerSchema, NotOurs
 _MAX_ATTEMPTS = 60  # retries of a locked/busy statement on top of SQLite's own busy timeout
 _UNUSABLE = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)
 _DECODED = 1024  # decoded configs kept per cache object
+_ANY = object()  # put's expect_created default: store whatever is there
 
 
 class CacheFileError(NablaxError, RuntimeError):
@@ -466,29 +467,51 @@ class PersistentCache:
         source: str = "autotune",
         timings: Any = None,
         signature: str = "",
-    ) -> None:
-        """Store (or replace) the config of one call, with every candidate's timing.
+        expect_created: Any = _ANY,
+    ) -> bool:
+        """Store (or replace) the config of one call, with every candidate's timing; True when
+        stored.
 
         ``timings``: ``(cfg_or_cfg_json, seconds, error_or_None)`` per candidate.
+        ``expect_created``: a compare-and-set. The entry is stored only if the stored one's
+        ``created`` time (see ``created``) is still this, ``None`` meaning "there is none";
+        otherwise nothing changes and the answer is False: another thread or process stored the
+        call meanwhile. Two processes that tune the same call at once thus keep the first
+        result, which both can read back, instead of each running with its own.
         """
         api = "nablax.kernels.PersistentCache.put"
         _check_args(api, device, op_id, call_key, source)
         if not isinstance(signature, str):
             raise TypeError(f"{api}: signature must be a str, got {type(signature).__name__}.")
+        if expect_created is not _ANY and not (
+            expect_created is None or isinstance(expect_created, float)
+        ):
+            raise TypeError(
+                f"{api}: expect_created must be a float from PersistentCache.created or None, got "
+                f"{type(expect_created).__name__}."
+            )
         encode = _encode if self._dumper is None else self._dump
         cfg_json = encode(cfg, api)
         timings_json = encoding.timings_to_json(_norm_timings(timings, api, encode))
         key = (device, op_id, call_key)
-        self._write(
-            [
-                (
-                    schema.SQL_PUT,
-                    (*key, cfg_json, source, _package_version(), time.time(), signature),
-                ),
-                (schema.SQL_PUT_TIMINGS, (*key, timings_json)),
-            ],
-            api,
-        )
+        row = (*key, cfg_json, source, _package_version(), time.time(), signature)
+        if expect_created is _ANY:
+            statements = [(schema.SQL_PUT, row), (schema.SQL_PUT_TIMINGS, (*key, timings_json))]
+        else:
+            statements = [
+                (schema.SQL_PUT_IF, (*row, expect_created)),
+                (schema.SQL_PUT_TIMINGS_IF, (*key, timings_json, *key, row[6], cfg_json)),
+            ]
+        return self._write(statements, api)[0] > 0
+
+    def created(self, device: str, op_id: str, call_key: str) -> float | None:
+        """When the stored entry of one call was written (``time.time()`` of its ``put``), or
+        None when there is none. Reads the row only: a stale entry, whose config class is found
+        nowhere, counts too. Pass it back as ``put(..., expect_created=...)``."""
+        _check_args("nablax.kernels.PersistentCache.created", device, op_id, call_key)
+        key = (device, op_id, call_key)
+        row = self._first(lambda conn: conn.execute(schema.SQL_CREATED, key).fetchone())
+        return None if row is None else row[0]
 
     def _dump(self, cfg: Any, api: str) -> str:
         return encoding.dump_with(self._dumper, cfg, api)

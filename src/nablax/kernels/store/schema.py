@@ -63,6 +63,14 @@ SQL_PUT = """INSERT INTO configs (device, op_id, call_key, cfg_json, source, pac
     ON CONFLICT (device, op_id, call_key) DO UPDATE SET cfg_json = excluded.cfg_json,
     source = excluded.source, package_version = excluded.package_version,
     created = excluded.created, signature = excluded.signature"""
+# put(..., expect_created=c): the same insert, but an existing row is replaced only while its
+# ``created`` is still ``c`` (NULL: never), and the timings go in only with the row written here
+SQL_PUT_IF = SQL_PUT + " WHERE configs.created IS ?"
+SQL_PUT_TIMINGS_IF = """INSERT INTO timings (device, op_id, call_key, timings_json)
+    SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM configs WHERE device = ? AND op_id = ?
+    AND call_key = ? AND created = ? AND cfg_json = ?)
+    ON CONFLICT (device, op_id, call_key) DO UPDATE SET timings_json = excluded.timings_json"""
+SQL_CREATED = "SELECT created FROM configs WHERE device = ? AND op_id = ? AND call_key = ?"
 SQL_PUT_TIMINGS = """INSERT INTO timings (device, op_id, call_key, timings_json)
     VALUES (?, ?, ?, ?)
     ON CONFLICT (device, op_id, call_key) DO UPDATE SET timings_json = excluded.timings_json"""
