@@ -44,7 +44,6 @@ from .schema import NewerSchema, NotOurs
 _MAX_ATTEMPTS = 60  # retries of a locked/busy statement on top of SQLite's own busy timeout
 _UNUSABLE = (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM)
 _DECODED = 1024  # decoded configs kept per cache object
-_ANY = object()  # put's expect_created default: store whatever is there
 
 
 class CacheFileError(NablaxError, RuntimeError):
@@ -96,6 +95,7 @@ class PersistentCache:
     >>> cache = PersistentCache(path)
     >>> cache.put("cpu", "matmul@v1", "k1", TileCfg(32), source="autotune",
     ...           timings=[(TileCfg(32), 0.001, None), (TileCfg(64), float("inf"), "OOM")])
+    True
     >>> PersistentCache(path).get("cpu", "matmul@v1", "k1")
     TileCfg(block=32)
     >>> cache.get_entry("cpu", "matmul@v1", "k1").timings[1][1:]
@@ -467,23 +467,24 @@ class PersistentCache:
         source: str = "autotune",
         timings: Any = None,
         signature: str = "",
-        expect_created: Any = _ANY,
+        expect_created: Any = ...,
     ) -> bool:
         """Store (or replace) the config of one call, with every candidate's timing; True when
         stored.
 
         ``timings``: ``(cfg_or_cfg_json, seconds, error_or_None)`` per candidate.
-        ``expect_created``: a compare-and-set. The entry is stored only if the stored one's
-        ``created`` time (see ``created``) is still this, ``None`` meaning "there is none";
-        otherwise nothing changes and the answer is False: another thread or process stored the
-        call meanwhile. Two processes that tune the same call at once thus keep the first
-        result, which both can read back, instead of each running with its own.
+        ``expect_created``: ``...`` (the default) stores whatever is there. A float or None makes
+        it a compare-and-set: the entry is stored only if the stored one's ``created`` time (see
+        ``created``) is still this, ``None`` meaning "there is none"; otherwise nothing changes
+        and the answer is False: another thread or process stored the call meanwhile. Two
+        processes that tune the same call at once thus keep the first result, which both can
+        read back, instead of each running with its own.
         """
         api = "nablax.kernels.PersistentCache.put"
         _check_args(api, device, op_id, call_key, source)
         if not isinstance(signature, str):
             raise TypeError(f"{api}: signature must be a str, got {type(signature).__name__}.")
-        if expect_created is not _ANY and not (
+        if expect_created is not ... and not (
             expect_created is None or isinstance(expect_created, float)
         ):
             raise TypeError(
@@ -495,7 +496,7 @@ class PersistentCache:
         timings_json = encoding.timings_to_json(_norm_timings(timings, api, encode))
         key = (device, op_id, call_key)
         row = (*key, cfg_json, source, _package_version(), time.time(), signature)
-        if expect_created is _ANY:
+        if expect_created is ...:
             statements = [(schema.SQL_PUT, row), (schema.SQL_PUT_TIMINGS, (*key, timings_json))]
         else:
             statements = [
