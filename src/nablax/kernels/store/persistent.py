@@ -469,27 +469,20 @@ class PersistentCache:
         signature: str = "",
         expect_created: Any = ...,
     ) -> bool:
-        """Store (or replace) the config of one call, with every candidate's timing; True when
-        stored.
+        """Store (or replace) one call's config and every candidate's timing; True when stored.
 
-        ``timings``: ``(cfg_or_cfg_json, seconds, error_or_None)`` per candidate.
-        ``expect_created``: ``...`` (the default) stores whatever is there. A float or None makes
-        it a compare-and-set: the entry is stored only if the stored one's ``created`` time (see
-        ``created``) is still this, ``None`` meaning "there is none"; otherwise nothing changes
-        and the answer is False: another thread or process stored the call meanwhile. Two
-        processes that tune the same call at once thus keep the first result, which both can
-        read back, instead of each running with its own.
-        """
+        ``timings``: ``(cfg_or_cfg_json, seconds, error_or_None)`` per candidate. A float or None
+        ``expect_created`` (see ``created``) makes it a compare-and-set: stored only while the
+        stored entry's ``created`` is still that (None: there is none), else nothing changes and
+        the answer is False. Two processes tuning one call at once so keep the first result."""
         api = "nablax.kernels.PersistentCache.put"
         _check_args(api, device, op_id, call_key, source)
         if not isinstance(signature, str):
             raise TypeError(f"{api}: signature must be a str, got {type(signature).__name__}.")
-        if expect_created is not ... and not (
-            expect_created is None or isinstance(expect_created, float)
-        ):
+        if expect_created is not ... and not isinstance(expect_created, (float, type(None))):
+            kind = type(expect_created).__name__
             raise TypeError(
-                f"{api}: expect_created must be a float from PersistentCache.created or None, got "
-                f"{type(expect_created).__name__}."
+                f"{api}: expect_created must be a float from created() or None, got {kind}."
             )
         encode = _encode if self._dumper is None else self._dump
         cfg_json = encode(cfg, api)
@@ -506,9 +499,7 @@ class PersistentCache:
         return self._write(statements, api)[0] > 0
 
     def created(self, device: str, op_id: str, call_key: str) -> float | None:
-        """When the stored entry of one call was written (``time.time()`` of its ``put``), or
-        None when there is none. Reads the row only: a stale entry, whose config class is found
-        nowhere, counts too. Pass it back as ``put(..., expect_created=...)``."""
+        """When one call's entry was written, or None (a stale entry counts too): see ``put``."""
         _check_args("nablax.kernels.PersistentCache.created", device, op_id, call_key)
         key = (device, op_id, call_key)
         row = self._first(lambda conn: conn.execute(schema.SQL_CREATED, key).fetchone())
