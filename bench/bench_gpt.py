@@ -49,7 +49,10 @@ steps, and nablax's ``nx.cache_info().compiles``. *Nodes*: the graph nodes one e
 builds (forward, backward, clip, AdamW), counted with the graph's creation counter.
 *Build*: the time of nablax's eager step call alone (it builds the graph; nothing runs until the
 loss is read), timed right after nablax's check and before any other peer runs in the process,
-then after a pause, with warm caches, and once more after every peer ran (``build_times``).
+then after a pause, with warm caches, and once more after every peer ran (``build_times``); the
+same figures are also given scaled by the machine's interpreter speed measured around them
+(``sum(range(1000))``, against the 15.7 µs of the machine the target was set on), since a shared
+machine's Python speed varies by up to 2x from day to day.
 """
 
 from __future__ import annotations
@@ -69,7 +72,16 @@ import numpy as np
 import torch
 
 import nablax as nx
-from _common import environment, fmt, load_warning, med_best, threads, time_blocks, verdict
+from _common import (
+    environment,
+    fmt,
+    interpreter_us,
+    load_warning,
+    med_best,
+    threads,
+    time_blocks,
+    verdict,
+)
 from nablax.core import graph as _graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,6 +97,7 @@ SIZES = {  # layers, width, heads, context, batch
 BUILD_STEPS = 20  # eager steps whose graph building is timed
 BUILD_PAUSE_S = 0.5  # the "settled" build's pause: the CPU runtime has released the last step
 BUILD_TARGET_MS = {"large": 3.0}  # issue 37: the 6-layer step's graph building, 2-core CPU
+REFERENCE_US = 15.7  # interpreter_us() on that machine when the target was set
 LR, B1, B2, EPS, WD, CLIP = 1e-3, 0.9, 0.999, 1e-8, 0.01, 1.0
 VOCAB = len(gpt.VOCAB)
 N_BATCHES = 16  # distinct batches, cycled
@@ -521,7 +534,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             checks[name] = check(name, state_np, batches, cfg, devices, args.check_steps)
             if name == "nablax":  # its graph building, before any other peer has run here
+                speed = interpreter_us()
                 build, build_settled, build_warm = build_figures(checks[name]["runner"])
+                speed = (speed + interpreter_us()) / 2
         except Exception as e:  # torch.compile may lack a compiler or a backend here
             if not name.startswith("torch.compile"):
                 raise
@@ -595,6 +610,13 @@ def main(argv: list[str] | None = None) -> int:
             if build_target
             else ""
         )
+    )
+    print(
+        f"- nablax: the interpreter ran sum(range(1000)) in {speed:.1f} us around those builds; "
+        f"scaled to the {REFERENCE_US} us of the machine the targets were set on, the build "
+        f"figures are median {median(build) * REFERENCE_US / speed:.2f} ms (settled "
+        f"{median(build_settled) * REFERENCE_US / speed:.2f}, warm "
+        f"{median(build_warm) * REFERENCE_US / speed:.2f})"
     )
     print(
         f"- nablax: the same after a {BUILD_PAUSE_S:g} s pause (on the CPU the XLA runtime is still "

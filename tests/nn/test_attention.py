@@ -219,6 +219,37 @@ def test_sdpa_errors_are_clear(shapes, kw, err, words):
     assert "scaled_dot_product_attention" in msg and all(w in msg for w in words), msg
 
 
+def test_sdpa_checks_hold_after_a_plain_call_was_remembered():
+    """A plain call's shapes and dtypes are remembered as checked (the training step's fast path):
+    every argument the memo does not cover is still checked, and the results do not change."""
+    from nablax.nn import _sdpa
+
+    q, k, v = (nx.asarray(_np((2, 2, 5, 8), i)) for i in range(3))
+    _sdpa._PLAIN_OK.clear()
+    first = F.scaled_dot_product_attention(q, k, v, is_causal=True).numpy()
+    assert _sdpa._PLAIN_OK.peek(((2, 2, 5, 8),) * 3 + (q.dtype,) * 3)
+    again = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3, dropout_p=0)
+    ref = jax.nn.dot_product_attention(*(jnp.swapaxes(t.numpy(), 1, 2) for t in (q, k, v)),
+                                       is_causal=True, scale=0.3)  # fmt: skip
+    _close(again, np.swapaxes(np.asarray(ref), 1, 2), **TOL)
+    _close(F.scaled_dot_product_attention(q, k, v, is_causal=True), first, rtol=0, atol=0)
+    for kw, err, words in [
+        (dict(dropout_p=1.5), ValueError, ["dropout_p=1.5"]),
+        (dict(dropout_p=float("nan")), ValueError, ["dropout_p"]),
+        (dict(dropout_p="a"), TypeError, ["dropout_p must be a number, got 'a'"]),
+        (dict(dropout_p=None), TypeError, ["dropout_p must be a number"]),
+        (dict(scale=nx.asarray(0.5)), TypeError, ["scale must be a Python number"]),
+        (dict(attn_mask=np.ones((5, 5), np.int32)), DTypeError, ["attn_mask"]),
+    ]:
+        with pytest.raises(err) as e:
+            F.scaled_dot_product_attention(q, k, v, **kw)
+        assert all(w in str(e.value) for w in words), str(e.value)
+    with pytest.raises(ShapeError, match="at least 2 dims"):  # another shape: checked in full
+        F.scaled_dot_product_attention(*(nx.asarray(_np((8,), i)) for i in range(3)))
+    with nx.autocast(nx.bfloat16):  # autocast is read every call
+        assert F.scaled_dot_product_attention(q, k, v).dtype == nx.bfloat16
+
+
 # -- MultiheadAttention ---------------------------------------------------------------------------
 def _pair(e=8, h=2, bias=True, batch_first=False, seed=0):
     """A torch module with random biases and the nablax module holding its exact weights."""

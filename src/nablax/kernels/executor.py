@@ -369,6 +369,9 @@ def _signature(kernel: Kernel, leaves: list, treedef: Any) -> tuple[tuple | None
         t = type(x)
         if t in _CONCRETE:
             sig.append((x.shape, x.dtype))
+        elif t in _TENSOR_TYPES:  # exact type first: isinstance of jax.Array is slow
+            sig.append((x.shape, x.dtype))
+            kind = _TENSORS
         elif t in _SIMPLE_STATIC:
             sig.append((t, x))
         elif isinstance(x, (jax.Array, np.ndarray)):

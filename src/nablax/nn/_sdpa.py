@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import _caches
 from ..core import dtypes
 from ..core.autocast import cast_inputs
+from ..core.context import CTX
 from ..core.tensor import Tensor, to_impl
 from ..errors import DTypeError, ShapeError, op_error
 
@@ -94,10 +96,19 @@ def scaled_dot_product_attention(
     >>> float(nx.abs(y - z).max()) < 1e-6
     True
     """
-    from ..kernels import library
-    from ..kernels.executor import default_executor
-
     q, k, v = _t(query), _t(key), _t(value)
+    if (
+        attn_mask is None and dropout_key is None and not enable_gqa and CTX.autocast is None
+        and (scale is None or type(scale) is float)
+        and type(dropout_p) in (float, int)
+        and _PLAIN_OK.get((q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype)) is not None
+    ):  # fmt: skip
+        # the common call (every training step of a transformer): its shapes and dtypes passed
+        # the checks below before, and those checks read nothing else
+        if not 0.0 <= dropout_p <= 1.0:
+            raise op_error(ValueError, _OP, f"dropout_p={dropout_p} is not in [0, 1]")
+        return _run(q, k, v, {"causal": bool(is_causal), "scale": scale, "layout": "bhsd"})
+    plain = attn_mask is None and not enable_gqa
     dt = q.dtype
     if not (
         len(q.shape) >= 2 and len(k.shape) >= 2 and len(v.shape) >= 2
@@ -134,7 +145,7 @@ def scaled_dot_product_attention(
             )  # fmt: skip
     try:
         p = float(dropout_p)
-    except TypeError:
+    except (TypeError, ValueError):
         raise op_error(TypeError, _OP, f"dropout_p must be a number, got {dropout_p!r}") from None
     if not 0.0 <= p <= 1.0:
         raise op_error(ValueError, _OP, f"dropout_p={p} is not in [0, 1]")
@@ -157,4 +168,23 @@ def scaled_dot_product_attention(
         options["bias"] = bias
     if dropout_key is not None:
         options["dropout_rate"], options["dropout_key"] = p, dropout_key
-    return default_executor()(library.ATTENTION, q, k, v, **options)
+    if plain:
+        _PLAIN_OK.put((q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype), True)
+    return _run(q, k, v, options)
+
+
+# (query, key, value shapes and dtypes) of calls without a mask and grouped-query heads that
+# passed the rank, dtype and head-count checks: those checks depend on nothing else
+_PLAIN_OK = _caches.Cache("nn.sdpa_checked_calls", 1024)
+_kernel: Any = None  # library.ATTENTION, imported at the first call (kernels import late)
+
+
+def _run(q: Tensor, k: Tensor, v: Tensor, options: dict) -> Tensor:
+    global _kernel
+    from ..kernels.executor import default_executor
+
+    if _kernel is None:
+        from ..kernels import library
+
+        _kernel = library.ATTENTION
+    return default_executor()(_kernel, q, k, v, **options)

@@ -143,7 +143,7 @@ def check_against(
     transform that checks its updates against several trees walks them once); returns the
     leaves of ``ref``."""
     ref_leaves, ref_def = _tree.flatten(ref)
-    if treedef == ref_def:
+    if treedef is ref_def or treedef == ref_def:  # (comparing equal structures walks them)
         # the common case, every step: compare shapes without building path strings
         for a, b in zip(leaves, ref_leaves):
             if type(a) is Tensor and type(b) is Tensor:  # most leaves: no property calls

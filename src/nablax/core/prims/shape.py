@@ -505,7 +505,7 @@ def _split(x, indices_or_sections, axis: int, op: str) -> list[Tensor]:
     sections = indices_or_sections
     if isinstance(sections, Tensor):
         sections = sections.numpy()
-    if np.ndim(sections) == 0:
+    if type(sections) is int or np.ndim(sections) == 0:  # np.ndim of an int costs microseconds
         (k,) = _ints(op, "indices_or_sections", sections)
         if k <= 0 or n % k:
             raise op_error(
