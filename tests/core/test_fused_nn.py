@@ -19,6 +19,7 @@ import nablax as nx
 import nablax.nn.functional as F
 from nablax import nn
 from nablax.core.graph import toposort
+from nablax.errors import ShapeError
 
 TF = torch.nn.functional if torch is not None else None
 needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
@@ -210,6 +211,37 @@ def test_linear_fallbacks_and_autocast():
     eps = float(jnp.finfo(jnp.bfloat16).eps)
     _close(y.astype(nx.float32).numpy(), sep.astype(nx.float32).numpy(), 2 * eps, 2 * eps)
     _close(grads[2].numpy(), np.full(5, 6.0, np.float32))
+
+
+def test_linear_calls_remembered_by_shape_follow_autocast_precision_and_vmap():
+    """The fused node's params and shapes are remembered per call signature: a later call under
+    nx.autocast or another matmul_precision builds the node those settings give, and batched
+    inputs get vmap's layout (checked against a Python loop)."""
+    from nablax.core.prims import fused_nn
+
+    x, w, b = nx.tensor(_X), nx.tensor(_WL), nx.tensor(_BL)
+    fused_nn._LINEAR_CALLS.clear()
+
+    def params(y):
+        assert _prims(y) == ["linear"]
+        return y._impl.src[0].params
+
+    first = F.linear(x, w, b)
+    p0 = params(first)
+    again = F.linear(x, w, b)  # from the memo
+    assert params(again) == p0 and again.shape == (2, 3, 5) and again.dtype == nx.float32
+    _close(again.numpy(), _X @ _WL.T + _BL)
+    with nx.autocast(nx.bfloat16):
+        y = F.linear(x, w, b)
+    assert y.dtype == nx.bfloat16 and params(y) != p0
+    with nx.config.override(matmul_precision="bfloat16"):
+        assert params(F.linear(x, w, b))[0][2] == "bfloat16"
+    assert params(F.linear(x, w, b)) == p0
+    xs = np.stack([_X, 2 * _X])
+    got = nx.vmap(lambda x: F.linear(x, w, b))(nx.tensor(xs))
+    _close(got.numpy(), np.stack([F.linear(nx.tensor(a), w, b).numpy() for a in xs]))
+    with pytest.raises(ShapeError):  # another shape is checked by the shape rule again
+        F.linear(x, nx.tensor(_WL[:, :7]), b)
 
 
 def test_gpt_block_nodes():

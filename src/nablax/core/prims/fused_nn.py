@@ -31,9 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ... import _caches
+from ... import _caches, _config
 from .. import dtypes
 from ..build import bind, bind_known
+from ..context import CTX
 from ..primitive import primitive
 from ..tensor import Tensor
 from . import _autocast, _shard, linalg
@@ -201,11 +202,40 @@ linear_p = primitive(
 )
 
 
+# (shapes and dtypes of x, w and b, the autocast dtype, the matmul_precision option) -> (the
+# node's params, its output avals) of fusable calls: everything the checks and the shape rule
+# below read, so a layer called every step skips them
+_LINEAR_CALLS = _caches.Cache("core.linear_calls", 1024)
+
+
 def linear(x: Tensor, w: Tensor, b) -> Tensor | None:
     """``x @ w.T + b`` in one node (and one backward node), or None where the separate einsum
     and add are needed: ``b`` not a float tensor of shape ``(out,)``, shapes that do not match,
     non-float products, or a bias whose dtype (after ``nx.autocast``'s cast) is not the
     product's (the add would promote)."""
+    if not (type(b) is Tensor and type(x) is Tensor and type(w) is Tensor):
+        params = _linear_params(x, w, b)
+        if params is None:
+            return None
+        return Tensor._wrap(bind(linear_p, [x._impl, w._impl, b._impl], params)[0])
+    ins = [x._impl, w._impl, b._impl]
+    xi, wi, bi = ins
+    key = (
+        xi.shape, wi.shape, bi.shape, xi.dtype, wi.dtype, bi.dtype, CTX.autocast,
+        _config.get("matmul_precision"),
+    )  # fmt: skip
+    hit = _LINEAR_CALLS.get(key)
+    if hit is None:
+        params = _linear_params(x, w, b)
+        if params is None:
+            return None
+        hit = (params, linear_p.abstract_eval(params, *[(i.shape, i.dtype) for i in ins]))
+        _LINEAR_CALLS.put(key, hit)
+    return Tensor._wrap(bind_known(linear_p, ins, hit[0], hit[1])[0])
+
+
+def _linear_params(x: Tensor, w: Tensor, b) -> tuple | None:
+    """The fused node's params, or None where it does not apply."""
     if not (isinstance(b, Tensor) and x.ndim >= 1 and w.ndim == 2 and b.shape == w.shape[:1]):
         return None
     if x.shape[-1:] != w.shape[1:]:
@@ -216,8 +246,7 @@ def linear(x: Tensor, w: Tensor, b) -> Tensor | None:
     dt = _autocast.compute_dtype("linear", dt)
     if _autocast.compute_dtype("linear", b.dtype) != dt:
         return None
-    params = (_einsum_params("...i,oi->...o", dt),)
-    return Tensor._wrap(bind(linear_p, [x._impl, w._impl, b._impl], params)[0])
+    return (_einsum_params("...i,oi->...o", dt),)
 
 
 def _einsum_params(spec: str, dt) -> tuple:
