@@ -283,10 +283,13 @@ def test_concurrent_misses_of_one_key_tune_once_and_leave_no_lock_behind(kernel,
         t.join()
     assert sorted(c.source for c in got) == ["autotune"] + ["memory"] * 5
     assert chain.tuner.timed == [Reps(300), Reps(3), Reps(30)]  # timed once, not six times
-    # the per-key lock lived only while threads used it: 40 more keys leave no lock behind
-    for n in range(2, 42):
+    assert len(chain._locks) == 0  # the per-key lock lived only while threads used it
+    # nor do later keys, each tuned once (three are enough: one lock kept would show here; more
+    # only cost XLA compiles)
+    for n in range(2, 5):
         chain.select(_inv(kernel, n), kernel)
     assert len(chain._locks) == 0
+    assert len(chain.tuner.timed) == 3 + 3 * 3
 
 
 def test_untunable_keys_are_bounded_and_tried_again_once_dropped(store, monkeypatch):
