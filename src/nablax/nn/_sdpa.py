@@ -176,15 +176,17 @@ def scaled_dot_product_attention(
 # (query, key, value shapes and dtypes) of calls without a mask and grouped-query heads that
 # passed the rank, dtype and head-count checks: those checks depend on nothing else
 _PLAIN_OK = _caches.Cache("nn.sdpa_checked_calls", 1024)
-_kernel: Any = None  # library.ATTENTION, imported at the first call (kernels import late)
+# library.ATTENTION and kernels.executor.default_executor, imported at the first call (kernels
+# import late; an import statement here would run the import machinery on every call)
+_kernel: Any = None
+_default_executor: Any = None
 
 
 def _run(q: Tensor, k: Tensor, v: Tensor, options: dict) -> Tensor:
-    global _kernel
-    from ..kernels.executor import default_executor
-
+    global _kernel, _default_executor
     if _kernel is None:
         from ..kernels import library
+        from ..kernels.executor import default_executor
 
-        _kernel = library.ATTENTION
-    return default_executor()(_kernel, q, k, v, **options)
+        _kernel, _default_executor = library.ATTENTION, default_executor
+    return _default_executor()(_kernel, q, k, v, **options)
