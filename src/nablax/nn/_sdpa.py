@@ -184,9 +184,10 @@ _default_executor: Any = None
 
 def _run(q: Tensor, k: Tensor, v: Tensor, options: dict) -> Tensor:
     global _kernel, _default_executor
-    if _kernel is None:
+    if _default_executor is None:  # set last: a thread that sees it set sees the kernel too
         from ..kernels import library
         from ..kernels.executor import default_executor
 
-        _kernel, _default_executor = library.ATTENTION, default_executor
+        _kernel = library.ATTENTION
+        _default_executor = default_executor
     return _default_executor()(_kernel, q, k, v, **options)
