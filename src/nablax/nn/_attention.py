@@ -177,8 +177,6 @@ class MultiheadAttention(Module):
         *,
         dropout_key=None,
     ) -> tuple:
-        from ..kernels import library
-
         query, key, value = (_t(x) for x in (query, key, value))
         e, h, hd = self.embed_dim, self.num_heads, self.head_dim
         batched = query.ndim == 3
@@ -231,7 +229,7 @@ class MultiheadAttention(Module):
             attn = _la.einsum("nhls,nshd->nlhd", weights.astype(v.dtype), v)
         else:
             qa, ka, va = _cast_for_autocast(q, k, v)
-            attn = library.attention(
+            attn = _library().attention(
                 qa, ka, va, causal=causal, mask=allowed, bias=bias,
                 dropout_rate=p, dropout_key=None if p == 0.0 else _t(dropout_key),
             )  # fmt: skip
@@ -248,3 +246,17 @@ class MultiheadAttention(Module):
         if not batched:
             weights = weights.reshape(weights.shape[1:])
         return out, weights
+
+
+_LIBRARY: Any = None  # nablax.kernels.library, imported at the first call (kernels import late)
+
+
+def _library() -> Any:
+    """``nablax.kernels.library``, imported once (an import statement in ``__call__`` would run
+    the import machinery on every call)."""
+    global _LIBRARY
+    if _LIBRARY is None:
+        from ..kernels import library
+
+        _LIBRARY = library
+    return _LIBRARY
