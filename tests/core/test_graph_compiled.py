@@ -64,6 +64,9 @@ def test_the_environment_variable_selects_the_pure_python_walks():
         "from nablax.core.tensor import Tensor\n"
         "assert Tensor.__dict__['_wrap'] is Tensor.__dict__['_wrap_py']\n"
         "assert trace._mark_leaves is trace._mark_leaves_py\n"
+        "from nablax.core.prims.elementwise import builders as b\n"
+        "assert b._scalar_tensor is b._scalar_tensor_py and b._pair_tensor is b._pair_tensor_py\n"
+        "assert b._unary_tensor is b._unary_tensor_py\n"
         "import nablax as nx\n"
         "x = nx.arange(6.0).reshape(2, 3)\n"
         "assert (x * 2 + 1).sum().item() == 36.0\n"
@@ -104,6 +107,11 @@ def test_the_module_uses_the_compiled_walks_when_built():
 
         assert Tensor.__dict__["_wrap"].__func__ is _graphc.wrap
         assert trace._mark_leaves is _graphc.mark_leaves
+        from nablax.core.prims.elementwise import builders
+
+        assert builders._scalar_tensor is _graphc.scalar_tensor
+        assert builders._unary_tensor is _graphc.unary_tensor
+        assert builders._pair_tensor is _graphc.pair_tensor
 
 
 # --- random graphs -------------------------------------------------------------------------
@@ -208,6 +216,49 @@ def test_encode_matches_the_python_reference(seed):
     for s_c, s_py in zip(steps_c, steps_py):  # the same objects, not only equal ones
         assert s_c[0] is s_py[0] and s_c[1] is s_py[1] and s_c[5] is s_py[5]
         assert type(s_c[2]) is tuple and type(s_c[3]) is int
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_encode_key_matches_the_python_reference(seed):
+    """encode_key writes the flat key of encode's tuple(steps) (the same items and hash as
+    flat_key of the steps), numbers the slots and collects ext exactly as encode does."""
+    nodes, outside, _keep = _random_graph(seed)
+    rng = random.Random(seed + 500)
+    pre = {m: 100 + 5 * i for i, m in enumerate(outside)} if seed % 3 == 0 else {}
+    base = rng.choice([0, 0, 7, 1000, 40_000])  # past the shared ints too
+    order = nodes if seed % 2 else tuple(nodes)
+    slot_py, slot_c, slot_e = dict(pre), dict(pre), dict(pre)
+    (flat_py, h_py), next_py, ext_py = graph._encode_key_py(order, slot_py, base)
+    (flat_c, h_c), next_c, ext_c = _graphc.encode_key(order, slot_c, graph.MARKS, base)
+    assert h_c == h_py and next_c == next_py
+    assert flat_c == flat_py
+    for a, b in zip(flat_c, flat_py):  # the same objects, except ints
+        assert a is b or (type(a) is int and type(b) is int and a == b)
+    _same_objects(ext_c, ext_py)
+    assert list(slot_c.items()) == list(slot_py.items())
+    steps, _, _ = _graphc.encode(order, slot_e, base)
+    assert (flat_c, h_c) == _graphc.flat_key(tuple(steps), graph.MARKS)
+
+
+@needs_c
+def test_encode_key_errors_leave_nothing_behind():
+    """A node whose params cannot be hashed raises TypeError as hashing encode's steps would;
+    a bad marks argument is refused."""
+    nodes, _outside, _keep = _random_graph(3)
+    bad = graph.Node.__new__(graph.Node)
+    for f in graph.Node.__slots__:
+        try:
+            setattr(bad, f, getattr(nodes[-1], f))
+        except AttributeError:
+            pass
+    bad.params = ([1, 2],)
+    with pytest.raises(TypeError, match="unhashable"):
+        _graphc.encode_key([*nodes, bad], {}, graph.MARKS)
+    with pytest.raises(TypeError, match="unhashable"):
+        graph._encode_key_py([*nodes, bad], {})
+    with pytest.raises(ValueError, match="marks must not be empty"):
+        _graphc.encode_key(nodes, {}, ())
 
 
 @needs_c
@@ -671,6 +722,113 @@ def test_node1_matches_the_python_reference(trace_kind, bdims):
     del a, b
 
 
+def _impl_of(kind, trace=None):
+    """An impl of each kind the element-wise builders meet: a realized leaf, a pending value, a
+    traced one, a batched one (traced or not)."""
+    from nablax.core import build
+
+    x = nx.ones((2, 3))
+    if kind == "leaf":
+        return x._impl
+    if kind == "pending":
+        return (x * 2.0)._impl
+    bdims = ((0,), (4,)) if kind.startswith("batched") else None
+    trace = trace if trace is not None or kind in ("batched",) else graph.Trace(None)
+    return build._node1_py(
+        _PRIMS[3], (), (x._impl.lit,), 3, (2, 3), np.dtype(np.float32), trace, bdims
+    )
+
+
+def _same_built(a, b):
+    """Two tensors whose nodes and impls are equal field by field (the same objects where the
+    builders pass them through)."""
+    assert type(a) is type(b) is nx.Tensor
+    fa, ia, seq_a = _node_fields(a._impl)
+    fb, ib, seq_b = _node_fields(b._impl)
+    assert seq_b > seq_a and fa.keys() == fb.keys()
+    for k in fa:
+        if k == "inputs":
+            _same_objects(fa[k], fb[k])
+        elif k in ("avals", "values", "bdims", "depth"):
+            assert fa[k] == fb[k], k
+        else:
+            assert fa[k] is fb[k], k
+    assert ia == ib
+
+
+@needs_c
+@pytest.mark.parametrize("kind", ["leaf", "pending", "traced", "batched", "batched_traced"])
+@pytest.mark.parametrize("first", [False, True])
+def test_compiled_tensor_builders_match_the_python_reference(kind, first):
+    """scalar_tensor and unary_tensor (a builder's node and its tensor in one call) make the
+    node Tensor._wrap(bind_scalar(...)) and Tensor._wrap(bind_unary(...)) make."""
+    from nablax.core.prims.elementwise import builders
+
+    x = _impl_of(kind)
+    lit = Literal(1.5, np.dtype(np.float32), True)
+    dt = np.dtype(np.float32)
+    args = (_PRIMS[1], ("p", 1), x, lit, first, dt)
+    _same_built(builders._scalar_tensor_py(*args), _graphc.scalar_tensor(*args))
+    args = (_PRIMS[2], (), x, (2, 3), dt)
+    _same_built(builders._unary_tensor_py(*args), _graphc.unary_tensor(*args))
+
+
+@needs_c
+@pytest.mark.parametrize(
+    "kinds",
+    [
+        ("leaf", "leaf"),
+        ("leaf", "pending"),
+        ("pending", "traced"),
+        ("traced", "traced"),
+        ("traced", "same trace"),
+        ("batched", "leaf"),
+        ("pending", "batched_traced"),
+    ],
+)
+def test_compiled_pair_builder_matches_the_python_reference(kinds):
+    """pair_tensor makes bind_pair's node, or answers NotImplemented where bind_pair needs
+    Python (a batched input; inputs of two different traces), and the builder then takes the
+    Python path."""
+    from nablax.core.prims.elementwise import builders
+
+    a = _impl_of(kinds[0])
+    if kinds[1] == "same trace":
+        b = _impl_of("traced", a.src[0].trace)
+    else:
+        b = _impl_of(kinds[1])
+    args = (_PRIMS[4], (), a, b, (2, 3), np.dtype(np.float32))
+    ref = builders._pair_tensor_py(*args)
+    got = _graphc.pair_tensor(*args)
+    batched = bool(a.batch_shape or b.batch_shape)
+    two_traces = a.src is not None and b.src is not None and a.src[0].trace is not None
+    two_traces = two_traces and b.src[0].trace is not None and a.src[0].trace is not b.src[0].trace
+    if batched or two_traces:
+        assert got is NotImplemented
+    else:
+        _same_built(ref, got)
+
+
+@needs_c
+def test_compiled_tensor_builder_errors_match_the_python_reference():
+    from nablax.core.prims.elementwise import builders
+
+    dt = np.dtype(np.float32)
+    lit = Literal(1.5, dt, True)
+    odd = _impl_of("pending")
+    node = _copy(odd.src[0])
+    del node.depth
+    odd.src = new_var(Var, (node, 0))
+    for x in (5, odd):
+        for py, c, args in [
+            (builders._scalar_tensor_py, _graphc.scalar_tensor, (_PRIMS[1], (), x, lit, False, dt)),
+            (builders._unary_tensor_py, _graphc.unary_tensor, (_PRIMS[1], (), x, (2, 3), dt)),
+            (builders._pair_tensor_py, _graphc.pair_tensor, (_PRIMS[1], (), x, x, (2, 3), dt)),
+        ]:
+            e_py, e_c = _error(py, *args), _error(c, *args)
+            assert e_py is not None and e_c is e_py, (x, py, e_py, e_c)
+
+
 @needs_c
 def test_node1_realizes_a_too_deep_graph_like_the_python_reference():
     """Every 64 levels the depth is checked against ``max_graph_depth``: the compiled builder
@@ -682,10 +840,13 @@ def test_node1_realizes_a_too_deep_graph_like_the_python_reference():
     for _ in range(300):
         ref = ref * np.float32(0.999) + np.float32(0.001)
     results = []
-    for node1 in (build._node1_py, _graphc.node1):
+    from nablax.core.prims.elementwise import builders
+
+    compiled = (_graphc.node1, _graphc.scalar_tensor)
+    for node1, scalar_tensor in ((build._node1_py, builders._scalar_tensor_py), compiled):
         with nx.config.override(max_graph_depth=100):
-            old = build._node1
-            build._node1 = node1
+            old = build._node1, builders._scalar_tensor
+            build._node1, builders._scalar_tensor = node1, scalar_tensor
             try:
                 x = nx.tensor(x0)
                 depths = []
@@ -693,7 +854,7 @@ def test_node1_realizes_a_too_deep_graph_like_the_python_reference():
                     x = x * 0.999 + 0.001
                     depths.append(x._impl.depth)  # 0 once realized
             finally:
-                build._node1 = old
+                build._node1, builders._scalar_tensor = old
         results.append((depths, x.numpy()))
     assert results[0][0] == results[1][0]
     assert 0 < results[1][0].count(0) and max(results[1][0]) < 200  # cut, and cut alike
@@ -954,6 +1115,41 @@ def test_realization_structure_keys_compare_as_their_parts(seed):
             assert hash(ka) == hash(kb)
         assert tuple(ka) == a and ka[0] == a[0] and len(ka) == 4
         assert ka != a  # never equal to a plain tuple: the program cache holds keys only
+
+
+def test_a_cache_hit_never_makes_the_nested_steps(monkeypatch):
+    """Compiled: a realization that hits the program cache compares the steps' flat key only.
+    The nested steps are made for a miss (the compiler and the recompile report read them) and
+    for the second program of a structure whose scalars changed, and the values are right."""
+    from nablax.core import realize
+
+    if not graph.COMPILED:
+        pytest.skip("this process runs the pure-Python walks")
+    made = []
+    orig = realize.StructureKey.with_parts
+
+    def spy(self, seen):
+        made.append(self)
+        return orig(self, seen)
+
+    monkeypatch.setattr(realize.StructureKey, "with_parts", spy)
+    nx.clear_caches()
+    ys = [np.linspace(0, 1, 6, dtype=np.float32) + i for i in range(3)]
+
+    def f(y, s):
+        return ((nx.tensor(y) * s).sin() + 1).sum().item()
+
+    def ref(y, s):
+        return pytest.approx(float(np.sum(np.sin(y * np.float32(s)) + 1)), rel=1e-5)
+
+    assert f(ys[0], 2.0) == ref(ys[0], 2.0)
+    assert len(made) == 1 and made[0].parts is not None  # a miss: compiled from the steps
+    assert f(ys[1], 2.0) == ref(ys[1], 2.0)
+    assert len(made) == 1  # a hit: no steps made
+    assert f(ys[2], 3.0) == ref(ys[2], 3.0)  # other scalars: the program that takes them
+    assert len(made) == 2
+    assert f(ys[0], 4.0) == ref(ys[0], 4.0)
+    assert len(made) == 2 and nx.cache_info().compiles == 2
 
 
 def test_a_program_is_compiled_once_per_structure():

@@ -1,6 +1,7 @@
 /* Optional compiled versions of the graph IR's two hottest walks (core/graph.py).
  *
  * encode(order, slot, base=0) -> (steps, next_slot, ext)
+ * encode_key(order, slot, marks, base=0) -> ((flat, hash), next_slot, ext)
  * collect(roots, seen) -> seen
  * describe(ext, position) -> (ext_desc, leaves, const_groups, positions)
  * node1(prim, params, inputs, depth, shape, dtype, trace, bdims) -> impl
@@ -11,14 +12,19 @@
  * plan_scan(order, markers, trace, opaque) -> (env, flags) | None
  * plan_ext(ext, ext_index, var_desc, scalar_code) -> [desc, ...] | None
  * wrap(cls, impl) -> tensor
+ * scalar_tensor(prim, params, x, lit, first, dtype) -> tensor
+ * unary_tensor(prim, params, x, shape, dtype) -> tensor
+ * pair_tensor(prim, params, a, b, shape, dtype) -> tensor | NotImplemented
  * mark_leaves(leaves, trace, prim, is_float) -> (tensors, nodes) | None
  * flat_key(key, marks) -> (flat, hash)
  *
  * Each is an exact equivalent of the pure-Python function of the same name in core/graph.py
- * (`_encode_py`, `_collect_py`, `_describe_py`; `node1` and `node` are core/build.py's `_node1_py`
+ * (`_encode_py`, `_encode_key_py`, `_collect_py`, `_describe_py`; `node1` and `node` are core/build.py's `_node1_py`
  * and `_node_py`, `meta` is its `_meta_py`, `replay` is core/transforms/plan.py's
  * `_replay_nodes_py`, `plan_scan` and `plan_ext` its `_scan_py` and `_ext_descs_py`, `wrap`
- * core/tensor.py's `Tensor._wrap_py`, and `trace_collect` and `mark_leaves` core/transforms/trace.py's
+ * core/tensor.py's `Tensor._wrap_py`, `scalar_tensor`, `unary_tensor` and `pair_tensor`
+ * core/prims/elementwise/builders.py's `_scalar_tensor_py`, `_unary_tensor_py` and
+ * `_pair_tensor_py`, and `trace_collect` and `mark_leaves` core/transforms/trace.py's
  * `_collect_py` and `_mark_leaves_py`, and `flat_key` core/graph.py's `_flat_key_py`), which stays
  * the reference: tests/core/test_graph_compiled.py
  * compares the two on random graphs, and CI runs the whole Python 3.12 suite on the pure-Python
@@ -35,7 +41,7 @@
 
 /* Bumped whenever a function's contract changes: core/graph.py uses the extension only when
  * its VERSION is the one it expects (a stale build in a source checkout is ignored). */
-#define GRAPHC_VERSION 10
+#define GRAPHC_VERSION 11
 
 static PyTypeObject *Var_Type = NULL;
 static PyTypeObject *Node_Type = NULL;
@@ -340,191 +346,6 @@ graphc_collect(PyObject *self, PyObject *args)
 error:
     Py_XDECREF(it);
     Py_XDECREF(stack);
-    return NULL;
-}
-
-static PyObject *
-graphc_encode(PyObject *self, PyObject *args)
-{
-    PyObject *order, *slot, *fast = NULL, *steps = NULL, *ext = NULL, *ext_index = NULL;
-    PyObject *codes = NULL, *key = NULL, *inputs_fast = NULL;
-    Py_ssize_t base = 0;
-    if (!PyArg_ParseTuple(args, "OO!|n:encode", &order, &PyDict_Type, &slot, &base) || !ready()) {
-        return NULL;
-    }
-    fast = PySequence_Fast(order, "encode: order must be a sequence of nodes");
-    if (fast == NULL) {
-        return NULL;
-    }
-    steps = PyList_New(0);
-    ext = PyList_New(0);
-    ext_index = PyDict_New(); /* Var, or id(array) -> index in ext */
-    if (steps == NULL || ext == NULL || ext_index == NULL) {
-        goto error;
-    }
-    Py_ssize_t n_nodes = PySequence_Fast_GET_SIZE(fast);
-    for (Py_ssize_t i = 0; i < n_nodes; i++) {
-        PyObject *node = PySequence_Fast_GET_ITEM(fast, i);
-        PyObject *inputs = node_get(node, F_INPUTS);
-        if (inputs == NULL) {
-            goto error;
-        }
-        inputs_fast = PySequence_Fast(inputs, "encode: a node's inputs are not iterable");
-        Py_DECREF(inputs);
-        if (inputs_fast == NULL) {
-            goto error;
-        }
-        Py_ssize_t n_in = PySequence_Fast_GET_SIZE(inputs_fast);
-        PyObject **items = PySequence_Fast_ITEMS(inputs_fast);
-        codes = PyTuple_New(n_in);
-        if (codes == NULL) {
-            goto error;
-        }
-        for (Py_ssize_t k = 0; k < n_in; k++) {
-            PyObject *inp = items[k];
-            PyObject *code;
-            if (Py_IS_TYPE(inp, Var_Type)) {
-                if (PyTuple_GET_SIZE(inp) < 2) {
-                    PyErr_SetString(PyExc_IndexError, "tuple index out of range");
-                    goto error;
-                }
-                PyObject *m = PyTuple_GET_ITEM(inp, 0);
-                PyObject *b = PyDict_GetItemWithError(slot, m); /* borrowed */
-                if (b != NULL) {
-                    code = PyNumber_Add(b, PyTuple_GET_ITEM(inp, 1));
-                    if (code == NULL) {
-                        goto error;
-                    }
-                    PyTuple_SET_ITEM(codes, k, code);
-                    continue;
-                }
-                if (PyErr_Occurred()) {
-                    goto error;
-                }
-                Py_INCREF(inp);
-                key = inp;
-            }
-            else {
-                PyObject *v = literal_value(inp);
-                if (v == NULL) {
-                    goto error;
-                }
-                if (is_scalar(v)) { /* one entry per occurrence */
-                    Py_DECREF(v);
-                    code = PyLong_FromSsize_t(~PyList_GET_SIZE(ext));
-                    if (code == NULL || PyList_Append(ext, inp) < 0) {
-                        Py_XDECREF(code);
-                        goto error;
-                    }
-                    PyTuple_SET_ITEM(codes, k, code);
-                    continue;
-                }
-                key = PyLong_FromVoidPtr(v); /* id(v) */
-                Py_DECREF(v);
-                if (key == NULL) {
-                    goto error;
-                }
-            }
-            PyObject *idx = PyDict_GetItemWithError(ext_index, key); /* borrowed */
-            Py_ssize_t e;
-            if (idx == NULL) {
-                if (PyErr_Occurred()) {
-                    goto error;
-                }
-                e = PyList_GET_SIZE(ext);
-                idx = PyLong_FromSsize_t(e);
-                if (idx == NULL) {
-                    goto error;
-                }
-                int bad = PyDict_SetItem(ext_index, key, idx) < 0 || PyList_Append(ext, inp) < 0;
-                Py_DECREF(idx);
-                if (bad) {
-                    goto error;
-                }
-            }
-            else {
-                e = PyLong_AsSsize_t(idx);
-                if (e == -1 && PyErr_Occurred()) {
-                    goto error;
-                }
-            }
-            Py_CLEAR(key);
-            code = PyLong_FromSsize_t(~e);
-            if (code == NULL) {
-                goto error;
-            }
-            PyTuple_SET_ITEM(codes, k, code);
-        }
-        Py_CLEAR(inputs_fast);
-
-        PyObject *b = PyLong_FromSsize_t(base);
-        if (b == NULL) {
-            goto error;
-        }
-        if (PyDict_SetItem(slot, node, b) < 0) {
-            Py_DECREF(b);
-            goto error;
-        }
-        PyObject *outs = node_get(node, F_OUTS);
-        Py_ssize_t nout = outs == NULL ? -1 : PyObject_Length(outs);
-        Py_XDECREF(outs);
-        PyObject *bd = nout < 0 ? NULL : node_get(node, F_BDIMS);
-        PyObject *bd0 = NULL;
-        if (bd != NULL) {
-            int truth = PyObject_IsTrue(bd); /* `bd and bd[0]` */
-            if (truth > 0) {
-                bd0 = PySequence_GetItem(bd, 0);
-            }
-            else if (truth == 0) {
-                Py_INCREF(bd);
-                bd0 = bd;
-            }
-            Py_DECREF(bd);
-        }
-        PyObject *prim = bd0 == NULL ? NULL : node_get(node, F_PRIM);
-        PyObject *params = prim == NULL ? NULL : node_get(node, F_PARAMS);
-        PyObject *nout_obj = params == NULL ? NULL : PyLong_FromSsize_t(nout);
-        PyObject *step = NULL;
-        if (nout_obj != NULL) {
-            step = PyTuple_New(6);
-            if (step != NULL) {
-                PyTuple_SET_ITEM(step, 0, prim);
-                PyTuple_SET_ITEM(step, 1, params);
-                PyTuple_SET_ITEM(step, 2, codes);
-                PyTuple_SET_ITEM(step, 3, b);
-                PyTuple_SET_ITEM(step, 4, nout_obj);
-                PyTuple_SET_ITEM(step, 5, bd0);
-                codes = NULL; /* the step owns them all now */
-                b = prim = params = nout_obj = bd0 = NULL;
-            }
-        }
-        Py_XDECREF(b);
-        Py_XDECREF(prim);
-        Py_XDECREF(params);
-        Py_XDECREF(nout_obj);
-        Py_XDECREF(bd0);
-        if (step == NULL) {
-            goto error;
-        }
-        int bad = PyList_Append(steps, step) < 0;
-        Py_DECREF(step);
-        if (bad) {
-            goto error;
-        }
-        base += nout;
-    }
-    Py_DECREF(fast);
-    Py_DECREF(ext_index);
-    PyObject *result = Py_BuildValue("(NnN)", steps, base, ext);
-    return result;
-error:
-    Py_XDECREF(fast);
-    Py_XDECREF(steps);
-    Py_XDECREF(ext);
-    Py_XDECREF(ext_index);
-    Py_XDECREF(codes);
-    Py_XDECREF(key);
-    Py_XDECREF(inputs_fast);
     return NULL;
 }
 
@@ -1659,6 +1480,213 @@ graphc_wrap(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return t;
 }
 
+/* ---- the element-wise builders' fast entries, returning the tensor ------------------------
+ *
+ * scalar_tensor, unary_tensor and pair_tensor are core/build.py's bind_scalar, bind_unary and
+ * bind_pair followed by Tensor._wrap (core/prims/elementwise/builders.py's _scalar_tensor_py,
+ * _unary_tensor_py and _pair_tensor_py): one call per element-wise op instead of three. */
+
+/* The input reference of impl x (x.src, or x.lit for a leaf), its producer's depth (0 for a
+ * leaf) and trace, as new references; 0, or -1 on error. */
+static int
+impl_input(PyObject *x, PyObject **ref, Py_ssize_t *depth, PyObject **trace)
+{
+    PyObject *src = impl_get(x, I_SRC);
+    if (src == NULL) {
+        return -1;
+    }
+    if (src == Py_None) {
+        Py_DECREF(src);
+        *ref = impl_get(x, I_LIT);
+        *depth = 0;
+        *trace = Py_NewRef(Py_None);
+        return *ref == NULL ? -1 : 0;
+    }
+    PyObject *node = PySequence_GetItem(src, 0);
+    PyObject *d = node == NULL ? NULL : node_get(node, F_DEPTH);
+    Py_ssize_t dv = d == NULL ? -1 : PyLong_AsSsize_t(d);
+    PyObject *t = dv == -1 && PyErr_Occurred() ? NULL : node_get(node, F_TRACE);
+    Py_XDECREF(d);
+    Py_XDECREF(node);
+    if (t == NULL) {
+        Py_DECREF(src);
+        return -1;
+    }
+    *ref = src;
+    *depth = dv;
+    *trace = t;
+    return 0;
+}
+
+/* A new Tensor of impl (stolen; NULL passes an error through) */
+static PyObject *
+tensor_of(PyObject *impl)
+{
+    if (impl == NULL) {
+        return NULL;
+    }
+    PyObject *t = Tensor_Type->tp_alloc(Tensor_Type, 0);
+    if (t != NULL) {
+        set_field(t, tensor_impl_off, impl);
+    }
+    Py_DECREF(impl);
+    return t;
+}
+
+static int
+tensor_ready(void)
+{
+    if (Tensor_Type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "nablax.core._graphc: setup_tensor was not called");
+        return 0;
+    }
+    return build_ready();
+}
+
+/* node1(prim, params, inputs, depth + 1, shape, dtype, trace, bdims) as a Tensor; the
+ * references passed (inputs, trace, bdims, shape) are released here (NULL: an error to pass) */
+static PyObject *
+tensor_node(PyObject *prim, PyObject *params, PyObject *inputs, Py_ssize_t depth, PyObject *shape,
+            PyObject *dtype, PyObject *trace, PyObject *bdims)
+{
+    PyObject *depth_obj = PyLong_FromSsize_t(depth + 1);
+    PyObject *impl = NULL;
+    if (depth_obj != NULL && inputs != NULL && shape != NULL && trace != NULL && bdims != NULL) {
+        PyObject *argv[8] = {prim, params, inputs, depth_obj, shape, dtype, trace, bdims};
+        impl = graphc_node1(NULL, argv, 8);
+    }
+    Py_XDECREF(depth_obj);
+    Py_XDECREF(inputs);
+    Py_XDECREF(shape);
+    Py_XDECREF(trace);
+    Py_XDECREF(bdims);
+    return tensor_of(impl);
+}
+
+/* scalar_tensor(prim, params, x, lit, first, dtype) -> Tensor */
+static PyObject *
+graphc_scalar_tensor(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "scalar_tensor takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!tensor_ready()) {
+        return NULL;
+    }
+    PyObject *x = args[2], *lit = args[3], *ref, *trace;
+    Py_ssize_t depth;
+    int first = PyObject_IsTrue(args[4]);
+    if (first < 0 || impl_input(x, &ref, &depth, &trace) < 0) {
+        return NULL;
+    }
+    PyObject *b = impl_get(x, I_BATCH_SHAPE);
+    int batched = b == NULL ? -1 : PyObject_IsTrue(b);
+    PyObject *bdims = NULL;
+    if (batched > 0) { /* ((0, len(b)) if first else (len(b), 0), b) */
+        Py_ssize_t nb = PyObject_Length(b);
+        bdims = nb < 0 ? NULL : Py_BuildValue("((nn)O)", first ? 0 : nb, first ? nb : 0, b);
+    }
+    else if (batched == 0) {
+        bdims = Py_NewRef(Py_None);
+    }
+    Py_XDECREF(b);
+    PyObject *inputs = first ? PyTuple_Pack(2, lit, ref) : PyTuple_Pack(2, ref, lit);
+    Py_DECREF(ref);
+    return tensor_node(args[0], args[1], inputs, depth, impl_get(x, I_SHAPE), args[5], trace,
+                       bdims);
+}
+
+/* unary_tensor(prim, params, x, shape, dtype) -> Tensor */
+static PyObject *
+graphc_unary_tensor(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_Format(PyExc_TypeError, "unary_tensor takes 5 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!tensor_ready()) {
+        return NULL;
+    }
+    PyObject *x = args[2], *ref, *trace;
+    Py_ssize_t depth;
+    if (impl_input(x, &ref, &depth, &trace) < 0) {
+        return NULL;
+    }
+    PyObject *b = impl_get(x, I_BATCH_SHAPE);
+    int batched = b == NULL ? -1 : PyObject_IsTrue(b);
+    PyObject *bdims = NULL;
+    if (batched > 0) { /* ((len(b),), b) */
+        Py_ssize_t nb = PyObject_Length(b);
+        bdims = nb < 0 ? NULL : Py_BuildValue("((n)O)", nb, b);
+    }
+    else if (batched == 0) {
+        bdims = Py_NewRef(Py_None);
+    }
+    Py_XDECREF(b);
+    PyObject *inputs = PyTuple_Pack(1, ref);
+    Py_DECREF(ref);
+    return tensor_node(args[0], args[1], inputs, depth, Py_NewRef(args[3]), args[4], trace, bdims);
+}
+
+/* Whether impl x is batched (x.batch_shape is non-empty): 1, 0, or -1 on error */
+static int
+impl_batched(PyObject *x)
+{
+    PyObject *b = impl_get(x, I_BATCH_SHAPE);
+    int r = b == NULL ? -1 : PyObject_IsTrue(b);
+    Py_XDECREF(b);
+    return r;
+}
+
+/* pair_tensor(prim, params, a, b, shape, dtype) -> Tensor, or NotImplemented where bind_pair
+ * needs Python (a batched input, or inputs of two different traces) */
+static PyObject *
+graphc_pair_tensor(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "pair_tensor takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    if (!tensor_ready()) {
+        return NULL;
+    }
+    int ba = impl_batched(args[2]);
+    int bb = ba != 0 ? ba : impl_batched(args[3]);
+    if (ba < 0 || bb < 0) {
+        return NULL;
+    }
+    if (ba || bb) {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *ra, *ta, *rb, *tb;
+    Py_ssize_t da, db;
+    if (impl_input(args[2], &ra, &da, &ta) < 0) {
+        return NULL;
+    }
+    if (impl_input(args[3], &rb, &db, &tb) < 0) {
+        Py_DECREF(ra);
+        Py_DECREF(ta);
+        return NULL;
+    }
+    if (ta != Py_None && tb != Py_None && ta != tb) {
+        Py_DECREF(ra);
+        Py_DECREF(ta);
+        Py_DECREF(rb);
+        Py_DECREF(tb);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *trace = ta != Py_None ? ta : tb;
+    Py_INCREF(trace);
+    Py_DECREF(ta);
+    Py_DECREF(tb);
+    PyObject *inputs = PyTuple_Pack(2, ra, rb);
+    Py_DECREF(ra);
+    Py_DECREF(rb);
+    return tensor_node(args[0], args[1], inputs, da > db ? da : db, Py_NewRef(args[4]), args[5],
+                       trace, Py_NewRef(Py_None));
+}
+
 /* transforms/trace.py's _mark_leaves_py: markers of computed float parameters, or None. */
 static PyObject *
 graphc_mark_leaves(PyObject *self, PyObject *args)
@@ -1816,33 +1844,62 @@ static PyObject *fk_ints[2 * FK_INTS];
 #endif
 
 typedef struct {
-    PyObject *out;
+    PyObject **items; /* the flat key so far (owned references), grown as needed */
+    Py_ssize_t cap;
+    Py_ssize_t i;
     PyObject **marks;
     Py_ssize_t m; /* tuples of length >= m: marks[m] then the length */
-    Py_ssize_t i;
     Py_uhash_t acc;
 } fk_state;
 
 static int
-fk_count(PyObject *x, Py_ssize_t m, Py_ssize_t *n)
+fk_reserve(fk_state *st)
 {
-    if (!PyTuple_CheckExact(x)) {
-        *n += 1;
+    if (st->i < st->cap) {
         return 0;
     }
-    if (Py_EnterRecursiveCall(" in flat_key")) {
+    Py_ssize_t cap = st->cap < 64 ? 64 : 2 * st->cap;
+    PyObject **p = PyMem_Realloc(st->items, (size_t)cap * sizeof(PyObject *));
+    if (p == NULL) {
+        PyErr_NoMemory();
         return -1;
     }
-    Py_ssize_t len = PyTuple_GET_SIZE(x);
-    *n += len < m ? 1 : 2;
-    for (Py_ssize_t i = 0; i < len; i++) {
-        if (fk_count(PyTuple_GET_ITEM(x, i), m, n) < 0) {
-            Py_LeaveRecursiveCall();
-            return -1;
-        }
-    }
-    Py_LeaveRecursiveCall();
+    st->items = p;
+    st->cap = cap;
     return 0;
+}
+
+static void
+fk_clear(fk_state *st)
+{
+    for (Py_ssize_t k = 0; k < st->i; k++) {
+        Py_DECREF(st->items[k]);
+    }
+    PyMem_Free(st->items);
+    st->items = NULL;
+    st->i = st->cap = 0;
+}
+
+/* (flat, hash) of what st holds, which it gives up (st is empty afterwards) */
+static PyObject *
+fk_finish(fk_state *st)
+{
+    PyObject *flat = PyTuple_New(st->i);
+    if (flat == NULL) {
+        fk_clear(st);
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < st->i; k++) {
+        PyTuple_SET_ITEM(flat, k, st->items[k]);
+    }
+    Py_uhash_t acc = st->acc + ((Py_uhash_t)st->i ^ (FK_P5 ^ 3527539UL));
+    if (acc == (Py_uhash_t)-1) {
+        acc = 1546275796;
+    }
+    PyMem_Free(st->items);
+    st->items = NULL;
+    st->i = st->cap = 0;
+    return Py_BuildValue("(Nn)", flat, (Py_hash_t)acc);
 }
 
 /* The lane of the hash of a mark: FK_MARK_LANE + its index in marks */
@@ -1891,17 +1948,54 @@ fk_put(fk_state *st, PyObject *x)
         }
         lane = (Py_uhash_t)h;
     }
-    PyTuple_SET_ITEM(st->out, st->i++, x);
+    if (fk_reserve(st) < 0) {
+        Py_DECREF(x);
+        return -1;
+    }
+    st->items[st->i++] = x;
     fk_mix(st, lane);
     return 0;
+}
+
+/* The shared object of int v for v in [-FK_INTS, FK_INTS), else a new int: a new reference */
+static PyObject *
+fk_int(Py_ssize_t v)
+{
+    if (v < -FK_INTS || v >= FK_INTS) {
+        return PyLong_FromSsize_t(v);
+    }
+    PyObject **slot = &fk_ints[v + FK_INTS];
+    if (*slot == NULL) {
+        *slot = PyLong_FromSsize_t(v); /* kept for the process: one object per value */
+        if (*slot == NULL) {
+            return NULL;
+        }
+    }
+    return Py_NewRef(*slot);
 }
 
 static inline int
 fk_mark(fk_state *st, Py_ssize_t k)
 {
-    PyTuple_SET_ITEM(st->out, st->i++, Py_NewRef(st->marks[k]));
+    if (fk_reserve(st) < 0) {
+        return -1;
+    }
+    st->items[st->i++] = Py_NewRef(st->marks[k]);
     fk_mix(st, (Py_uhash_t)(FK_MARK_LANE + k));
     return 0;
+}
+
+/* The head of a tuple of length len: its mark (then len, past the marks) */
+static int
+fk_head(fk_state *st, Py_ssize_t len)
+{
+    if (len < st->m) {
+        return fk_mark(st, len);
+    }
+    if (fk_mark(st, st->m) < 0) {
+        return -1;
+    }
+    return fk_put(st, PyLong_FromSsize_t(len));
 }
 
 static int
@@ -1911,20 +2005,49 @@ fk_fill(fk_state *st, PyObject *x)
         return fk_put(st, Py_NewRef(x));
     }
     Py_ssize_t len = PyTuple_GET_SIZE(x);
-    if (len < st->m) {
-        fk_mark(st, len);
-    }
-    else {
-        fk_mark(st, st->m);
-        if (fk_put(st, PyLong_FromSsize_t(len)) < 0) {
-            return -1;
-        }
+    if (fk_head(st, len) < 0 || Py_EnterRecursiveCall(" in flat_key")) {
+        return -1;
     }
     for (Py_ssize_t k = 0; k < len; k++) {
         if (fk_fill(st, PyTuple_GET_ITEM(x, k)) < 0) {
+            Py_LeaveRecursiveCall();
             return -1;
         }
     }
+    Py_LeaveRecursiveCall();
+    return 0;
+}
+
+static int
+fk_start(fk_state *st, PyObject *marks)
+{
+    Py_ssize_t m = PyTuple_GET_SIZE(marks) - 1;
+    if (m < 0) {
+        PyErr_SetString(PyExc_ValueError, "flat_key: marks must not be empty");
+        return -1;
+    }
+    fk_state init = {NULL, 0, 0, &PyTuple_GET_ITEM(marks, 0), m, FK_P5};
+    *st = init;
+    return 0;
+}
+
+/* An int as the next item, without a hash call in the shared range */
+static int
+fk_put_ssize(fk_state *st, Py_ssize_t v)
+{
+    if (v < -FK_INTS || v >= FK_INTS) {
+        return fk_put(st, PyLong_FromSsize_t(v));
+    }
+    PyObject *x = fk_int(v);
+    if (x == NULL) {
+        return -1;
+    }
+    if (fk_reserve(st) < 0) {
+        Py_DECREF(x);
+        return -1;
+    }
+    st->items[st->i++] = x;
+    fk_mix(st, (Py_uhash_t)(v == -1 ? -2 : v)); /* hash(v) */
     return 0;
 }
 
@@ -1932,39 +2055,261 @@ static PyObject *
 graphc_flat_key(PyObject *self, PyObject *args)
 {
     PyObject *key, *marks;
-    if (!PyArg_ParseTuple(args, "OO!:flat_key", &key, &PyTuple_Type, &marks)) {
-        return NULL;
-    }
-    Py_ssize_t m = PyTuple_GET_SIZE(marks) - 1;
-    if (m < 0) {
-        PyErr_SetString(PyExc_ValueError, "flat_key: marks must not be empty");
-        return NULL;
-    }
-    Py_ssize_t n = 0;
-    if (fk_count(key, m, &n) < 0) {
-        return NULL;
-    }
-    fk_state st = {PyTuple_New(n), &PyTuple_GET_ITEM(marks, 0), m, 0, FK_P5};
-    if (st.out == NULL) {
+    fk_state st;
+    if (!PyArg_ParseTuple(args, "OO!:flat_key", &key, &PyTuple_Type, &marks) ||
+        fk_start(&st, marks) < 0) {
         return NULL;
     }
     if (fk_fill(&st, key) < 0) {
-        Py_DECREF(st.out); /* unset items are NULL: tuple dealloc skips them */
+        fk_clear(&st);
         return NULL;
     }
-    st.acc += (Py_uhash_t)n ^ (FK_P5 ^ 3527539UL);
-    if (st.acc == (Py_uhash_t)-1) {
-        st.acc = 1546275796;
+    return fk_finish(&st);
+}
+
+/* ---- encode and encode_key ----------------------------------------------------------------
+ *
+ * graph._encode_py numbers the values of nodes for a program and writes each node as a step
+ * (prim, params, codes, first slot, output count, batch dims); encode_key writes the same steps
+ * straight into the flat key of tuple(steps) (graph._encode_key_py), without making the step
+ * tuples: a realization that hits the program cache never needs them. */
+
+/* The code of input `inp` (encode's rules), in *code; 0, or -1 on error. */
+static int
+encode_input(PyObject *inp, PyObject *slot, PyObject *ext, PyObject *ext_index, Py_ssize_t *code)
+{
+    PyObject *key;
+    if (Py_IS_TYPE(inp, Var_Type)) {
+        if (PyTuple_GET_SIZE(inp) < 2) {
+            PyErr_SetString(PyExc_IndexError, "tuple index out of range");
+            return -1;
+        }
+        PyObject *b = PyDict_GetItemWithError(slot, PyTuple_GET_ITEM(inp, 0)); /* borrowed */
+        if (b != NULL) {
+            Py_ssize_t bv = PyLong_AsSsize_t(b);
+            if (bv == -1 && PyErr_Occurred()) {
+                return -1;
+            }
+            Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(inp, 1));
+            if (j == -1 && PyErr_Occurred()) {
+                return -1;
+            }
+            *code = bv + j;
+            return 0;
+        }
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+        key = Py_NewRef(inp);
     }
-    PyObject *h = PyLong_FromSsize_t((Py_hash_t)st.acc);
-    if (h == NULL) {
-        Py_DECREF(st.out);
+    else {
+        PyObject *v = literal_value(inp);
+        if (v == NULL) {
+            return -1;
+        }
+        if (is_scalar(v)) { /* one entry per occurrence */
+            Py_DECREF(v);
+            *code = ~PyList_GET_SIZE(ext);
+            return PyList_Append(ext, inp);
+        }
+        key = PyLong_FromVoidPtr(v); /* id(v) */
+        Py_DECREF(v);
+        if (key == NULL) {
+            return -1;
+        }
+    }
+    PyObject *idx = PyDict_GetItemWithError(ext_index, key); /* borrowed */
+    Py_ssize_t e;
+    int bad;
+    if (idx == NULL) {
+        e = PyList_GET_SIZE(ext);
+        idx = PyErr_Occurred() ? NULL : PyLong_FromSsize_t(e);
+        bad = idx == NULL || PyDict_SetItem(ext_index, key, idx) < 0 ||
+              PyList_Append(ext, inp) < 0;
+        Py_XDECREF(idx);
+    }
+    else {
+        e = PyLong_AsSsize_t(idx);
+        bad = e == -1 && PyErr_Occurred();
+    }
+    Py_DECREF(key);
+    *code = ~e;
+    return bad ? -1 : 0;
+}
+
+/* `bd and bd[0]` of a node's bdims: a new reference, or NULL on error */
+static PyObject *
+step_bdims(PyObject *node)
+{
+    PyObject *bd = node_get(node, F_BDIMS);
+    if (bd == NULL) {
         return NULL;
     }
-    PyObject *res = PyTuple_Pack(2, st.out, h);
-    Py_DECREF(st.out);
-    Py_DECREF(h);
-    return res;
+    int truth = PyObject_IsTrue(bd);
+    PyObject *bd0 = truth > 0 ? PySequence_GetItem(bd, 0) : truth == 0 ? Py_NewRef(bd) : NULL;
+    Py_DECREF(bd);
+    return bd0;
+}
+
+/* One node's step: appended to `steps` (a list), or, when steps is NULL, written to the flat
+ * key `st`. slot[node] gets the node's first slot `base`; returns its output count, or -1 on
+ * error. */
+static Py_ssize_t
+encode_node(PyObject *node, PyObject *slot, Py_ssize_t base, PyObject *ext, PyObject *ext_index,
+            PyObject *steps, fk_state *st)
+{
+    PyObject *inputs_fast = NULL, *codes = NULL, *b = NULL, *n_obj = NULL, *bd0 = NULL;
+    PyObject *prim = node_get(node, F_PRIM);
+    PyObject *params = prim == NULL ? NULL : node_get(node, F_PARAMS);
+    PyObject *inputs = params == NULL ? NULL : node_get(node, F_INPUTS);
+    Py_ssize_t nout = -1;
+    if (inputs == NULL) {
+        goto done;
+    }
+    inputs_fast = PySequence_Fast(inputs, "encode: a node's inputs are not iterable");
+    Py_DECREF(inputs);
+    if (inputs_fast == NULL) {
+        goto done;
+    }
+    Py_ssize_t n_in = PySequence_Fast_GET_SIZE(inputs_fast);
+    PyObject **items = PySequence_Fast_ITEMS(inputs_fast);
+    if (steps != NULL) {
+        codes = PyTuple_New(n_in);
+        if (codes == NULL) {
+            goto done;
+        }
+    }
+    else if (fk_mark(st, 6) < 0 || fk_fill(st, prim) < 0 || fk_fill(st, params) < 0 ||
+             fk_head(st, n_in) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n_in; k++) {
+        Py_ssize_t code;
+        if (encode_input(items[k], slot, ext, ext_index, &code) < 0) {
+            goto done;
+        }
+        if (steps == NULL) {
+            if (fk_put_ssize(st, code) < 0) {
+                goto done;
+            }
+            continue;
+        }
+        PyObject *c = fk_int(code);
+        if (c == NULL) {
+            goto done;
+        }
+        PyTuple_SET_ITEM(codes, k, c);
+    }
+    b = fk_int(base);
+    if (b == NULL || PyDict_SetItem(slot, node, b) < 0) {
+        goto done;
+    }
+    PyObject *outs = node_get(node, F_OUTS);
+    Py_ssize_t n = outs == NULL ? -1 : PyObject_Length(outs);
+    Py_XDECREF(outs);
+    bd0 = n < 0 ? NULL : step_bdims(node);
+    if (bd0 == NULL) {
+        goto done;
+    }
+    if (steps == NULL) {
+        if (fk_put_ssize(st, base) < 0 || fk_put_ssize(st, n) < 0 || fk_fill(st, bd0) < 0) {
+            goto done;
+        }
+    }
+    else {
+        n_obj = fk_int(n);
+        PyObject *step =
+            n_obj == NULL ? NULL : PyTuple_Pack(6, prim, params, codes, b, n_obj, bd0);
+        int bad = step == NULL || PyList_Append(steps, step) < 0;
+        Py_XDECREF(step);
+        if (bad) {
+            goto done;
+        }
+    }
+    nout = n;
+done:
+    Py_XDECREF(prim);
+    Py_XDECREF(params);
+    Py_XDECREF(inputs_fast);
+    Py_XDECREF(codes);
+    Py_XDECREF(b);
+    Py_XDECREF(n_obj);
+    Py_XDECREF(bd0);
+    return nout;
+}
+
+/* encode (st == NULL: the steps) or encode_key (the flat key of tuple(steps), as (flat, hash)):
+ * (steps or key, next slot, ext) */
+static PyObject *
+encode_walk(PyObject *order, PyObject *slot, Py_ssize_t base, fk_state *st)
+{
+    PyObject *steps = NULL, *ext = NULL, *ext_index = NULL, *out;
+    PyObject *fast = PySequence_Fast(order, "encode: order must be a sequence of nodes");
+    if (fast == NULL) {
+        if (st != NULL) {
+            fk_clear(st);
+        }
+        return NULL;
+    }
+    Py_ssize_t n_nodes = PySequence_Fast_GET_SIZE(fast);
+    steps = st == NULL ? PyList_New(0) : NULL;
+    ext = PyList_New(0);
+    ext_index = PyDict_New(); /* Var, or id(array) -> index in ext */
+    if ((st == NULL && steps == NULL) || ext == NULL || ext_index == NULL) {
+        goto error;
+    }
+    if (st != NULL && fk_head(st, n_nodes) < 0) {
+        goto error;
+    }
+    for (Py_ssize_t i = 0; i < n_nodes; i++) {
+        Py_ssize_t nout = encode_node(PySequence_Fast_GET_ITEM(fast, i), slot, base, ext,
+                                      ext_index, steps, st);
+        if (nout < 0) {
+            goto error;
+        }
+        base += nout;
+    }
+    out = st == NULL ? steps : fk_finish(st);
+    steps = NULL;
+    if (out != NULL) {
+        Py_DECREF(fast);
+        Py_DECREF(ext_index);
+        return Py_BuildValue("(NnN)", out, base, ext);
+    }
+error:
+    Py_DECREF(fast);
+    Py_XDECREF(steps);
+    Py_XDECREF(ext);
+    Py_XDECREF(ext_index);
+    if (st != NULL) {
+        fk_clear(st);
+    }
+    return NULL;
+}
+
+static PyObject *
+graphc_encode(PyObject *self, PyObject *args)
+{
+    PyObject *order, *slot;
+    Py_ssize_t base = 0;
+    if (!PyArg_ParseTuple(args, "OO!|n:encode", &order, &PyDict_Type, &slot, &base) || !ready()) {
+        return NULL;
+    }
+    return encode_walk(order, slot, base, NULL);
+}
+
+static PyObject *
+graphc_encode_key(PyObject *self, PyObject *args)
+{
+    PyObject *order, *slot, *marks;
+    Py_ssize_t base = 0;
+    fk_state st;
+    if (!PyArg_ParseTuple(args, "OO!O!|n:encode_key", &order, &PyDict_Type, &slot, &PyTuple_Type,
+                          &marks, &base) ||
+        !ready() || fk_start(&st, marks) < 0) {
+        return NULL;
+    }
+    return encode_walk(order, slot, base, &st);
 }
 
 static PyMethodDef graphc_methods[] = {
@@ -1972,6 +2317,9 @@ static PyMethodDef graphc_methods[] = {
      "setup(Var, Node, Literal): the graph IR's classes (core/graph.py calls it once)."},
     {"encode", graphc_encode, METH_VARARGS,
      "encode(order, slot, base=0) -> (steps, next_slot, ext): graph.encode, compiled."},
+    {"encode_key", graphc_encode_key, METH_VARARGS,
+     "encode_key(order, slot, marks, base=0) -> ((flat, hash), next_slot, ext): the flat key of "
+     "encode's tuple(steps), without the steps."},
     {"collect", graphc_collect, METH_VARARGS,
      "collect(roots, seen) -> seen: the pending nodes behind roots, added to seen."},
     {"setup_build", graphc_setup_build, METH_VARARGS,
@@ -1990,6 +2338,13 @@ static PyMethodDef graphc_methods[] = {
      "setup_tensor(Tensor): core/tensor.py's class, for wrap."},
     {"wrap", (PyCFunction)(void (*)(void))graphc_wrap, METH_FASTCALL,
      "wrap(cls, impl) -> tensor: Tensor._wrap (a classmethod), compiled."},
+    {"scalar_tensor", (PyCFunction)(void (*)(void))graphc_scalar_tensor, METH_FASTCALL,
+     "scalar_tensor(prim, params, x, lit, first, dtype) -> Tensor: Tensor._wrap(bind_scalar(...))."},
+    {"unary_tensor", (PyCFunction)(void (*)(void))graphc_unary_tensor, METH_FASTCALL,
+     "unary_tensor(prim, params, x, shape, dtype) -> Tensor: Tensor._wrap(bind_unary(...))."},
+    {"pair_tensor", (PyCFunction)(void (*)(void))graphc_pair_tensor, METH_FASTCALL,
+     "pair_tensor(prim, params, a, b, shape, dtype) -> Tensor, or NotImplemented where "
+     "bind_pair needs Python: Tensor._wrap(bind_pair(...))."},
     {"mark_leaves", graphc_mark_leaves, METH_VARARGS,
      "mark_leaves(leaves, trace, prim, is_float) -> (tensors, nodes) or None: trace."
      "_mark_leaves."},

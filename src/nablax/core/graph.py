@@ -316,6 +316,17 @@ def _encode_py(order, slot: dict, base: int = 0):
     return steps, base, ext
 
 
+def _encode_key_py(order, slot: dict, base: int = 0):
+    """:func:`encode`, with the steps given as the flat key of ``tuple(steps)``:
+    ``((flat, hash), next free slot, ext)`` (see :func:`_flat_key_py`).
+
+    A program cache keyed by the steps needs only their flat key when it hits; the compiled
+    version writes it without making the step tuples (encode the nodes again for the steps on a
+    miss)."""
+    steps, base, ext = _encode_py(order, slot, base)
+    return _flat_key_py(tuple(steps)), base, ext
+
+
 def _collect_py(roots, seen: dict) -> dict:
     """Add the pending nodes behind ``roots`` to ``seen`` (insertion-ordered, deterministic;
     iterative, so no recursion limit) and return it. Realization's graph walk (core/realize.py)."""
@@ -450,12 +461,21 @@ _MARK_LANE = 1000003  # a mark's lane in the hash: this plus its index in marks
 
 
 class FlatKey:
-    """A cache key made of a structure key's flat tuple and its hash (see :func:`flat_key`)."""
+    """A cache key made of a structure key's flat tuple and its hash (see :func:`flat_key`).
+
+    ``FlatKey(rest, steps_key)``: the key of ``(steps, rest)`` where ``steps_key`` is the
+    ``(flat, hash)`` of the steps that :func:`encode_key` wrote (a cache must build all its keys
+    the same way: this one never equals ``FlatKey((steps, rest))``)."""
 
     __slots__ = ("flat", "hash")
 
-    def __init__(self, key) -> None:
-        self.flat, self.hash = flat_key(key)
+    def __init__(self, key, steps_key: tuple | None = None) -> None:
+        if steps_key is None:
+            self.flat, self.hash = flat_key(key)
+        else:
+            flat, h = flat_key(key)
+            self.flat = (steps_key[0], flat)
+            self.hash = hash((steps_key[1], h))
 
     def __hash__(self) -> int:
         return self.hash
@@ -493,7 +513,7 @@ def _load_compiled():
     return _graphc
 
 
-_COMPILED_VERSION = 10
+_COMPILED_VERSION = 11
 _compiled = _load_compiled()
 
 #: Whether the graph walks below run compiled (core/_graphc.c) or in pure Python.
@@ -507,6 +527,14 @@ else:
     encode = _encode_py
     collect = _collect_py
     describe = _describe_py
+
+
+def encode_key(order, slot: dict, base: int = 0):
+    """:func:`_encode_key_py` (compiled when the extension is built): :func:`encode` with the
+    steps as the ``(flat, hash)`` of ``tuple(steps)``."""
+    if _compiled is not None:
+        return _compiled.encode_key(order, slot, MARKS, base)
+    return _encode_key_py(order, slot, base)
 
 
 def flat_key(key) -> tuple[tuple, int]:

@@ -42,6 +42,7 @@ from .graph import (
     collect,
     describe,
     encode,
+    encode_key,
     flat_key,
     gc_paused,
     new_literal,
@@ -200,7 +201,7 @@ def _run(seen: dict, boundary, only=None) -> None:
     node_pos, key, args, consts, out_impls = _structure(seen, boundary, only)
     entry = _S.cache.get(key)  # marks it most recently used
     if entry is None:
-        recompiles.note(key)
+        recompiles.note(key.with_parts(seen))
         entry = _Entry()
         entry.baked_fn = _compile(key, consts)
         entry.baked_bytes = [c.tobytes() for c in consts]
@@ -214,7 +215,7 @@ def _run(seen: dict, boundary, only=None) -> None:
         elif all(c.tobytes() == b for c, b in zip(consts, entry.baked_bytes or ())):
             _S.hits += 1
         else:
-            fn = entry.param_fn = _compile(key, None)
+            fn = entry.param_fn = _compile(key.with_parts(seen), None)
             entry.baked_fn = entry.baked_bytes = None
     # the baked program takes only the arrays (its scalars are literals)
     results = entry.baked_fn(args) if fn is None else fn(args, consts)
@@ -321,23 +322,39 @@ _collect = collect  # graph.collect: compiled (core/_graphc.c) when built
 
 
 class StructureKey:
-    """A structure key ``(steps, ext_desc, out_codes, n_slots)`` (iterable and indexable as that
-    tuple, ``parts``) that hashes its contents once: a long eager chain's key holds thousands of
-    steps, and the program cache looks it up, inserts it and reorders it.
+    """A structure key ``(steps, ext_desc, out_codes, n_slots)`` that hashes its contents once:
+    a long eager chain's key holds thousands of steps, and the program cache looks it up,
+    inserts it and reorders it.
 
-    With the compiled graph walks, equality and the hash go through the key's flat form
-    (:func:`graph.flat_key`): a cache hit compares one contiguous array with the stored key
-    instead of walking its nested tuples, which have left the processor's caches by the time a
-    training step reads its loss."""
+    With the compiled graph walks, equality and the hash go through the steps' flat form
+    (:func:`graph.flat_key`), written straight from the nodes by :func:`graph.encode_key`: a
+    cache hit compares one contiguous array with the stored key instead of walking its nested
+    tuples (which have left the processor's caches by the time a training step reads its loss),
+    and never makes the step tuples at all. ``parts`` (the nested key, iterable and indexable as
+    that tuple) is then made only when a program is compiled (:meth:`with_parts`)."""
 
-    __slots__ = ("parts", "flat", "hash")
+    __slots__ = ("parts", "rest", "flat", "hash")
 
-    def __init__(self, parts: tuple) -> None:
-        self.parts = parts
-        if _FLAT:
-            self.flat, self.hash = flat_key(parts)
+    def __init__(self, parts: tuple, steps_key: tuple | None = None) -> None:
+        """``parts``: the nested key; or, with ``steps_key`` (``encode_key``'s ``(flat, hash)``
+        of the steps), its last three parts ``(ext_desc, out_codes, n_slots)``."""
+        if steps_key is None:
+            steps, rest = parts[0], tuple(parts[1:])
+            steps_key = flat_key(steps) if _FLAT else (steps, hash(steps))
+            self.parts = parts
         else:
-            self.flat, self.hash = parts, hash(parts)
+            rest, self.parts = parts, None
+        rest_flat, rest_hash = flat_key(rest) if _FLAT else (rest, hash(rest))
+        self.rest = rest
+        self.flat = (steps_key[0], rest_flat)
+        self.hash = hash((steps_key[1], rest_hash))
+
+    def with_parts(self, seen) -> StructureKey:
+        """This key, with ``parts`` made from the collected nodes ``seen`` it was built from."""
+        if self.parts is None:
+            steps, _, _ = encode(sorted(seen, key=_seq), {})
+            self.parts = (tuple(steps), *self.rest)
+        return self
 
     def __hash__(self) -> int:
         return self.hash
@@ -346,13 +363,21 @@ class StructureKey:
         return type(other) is StructureKey and self.hash == other.hash and self.flat == other.flat
 
     def __iter__(self):
-        return iter(self.parts)
+        return iter(self._parts())
 
     def __getitem__(self, i):
-        return self.parts[i]
+        return self._parts()[i]
 
     def __len__(self) -> int:
-        return len(self.parts)
+        return 4
+
+    def _parts(self) -> tuple:
+        if self.parts is None:
+            raise RuntimeError(
+                "nablax internal error: a realization StructureKey made by encode_key was read "
+                "before with_parts(seen) gave it its steps"
+            )
+        return self.parts
 
 
 _FLAT = graph.COMPILED  # pure Python: flattening would cost more than the compare saves
@@ -360,13 +385,17 @@ _FLAT = graph.COMPILED  # pure Python: flattening would cost more than the compa
 
 def _structure(seen: dict, boundary=(), only=None):
     """Encode the collected nodes in creation order (topological, and canonical: the same program
-    gets the same key however its nodes were found) with :func:`graph.encode`, and build the
-    structure key plus the runtime arguments.
+    gets the same key however its nodes were found) with :func:`graph.encode` (compiled:
+    :func:`graph.encode_key`, the steps' flat key only), and build the structure key plus the
+    runtime arguments.
 
     External values are the leaf arrays and the Python scalars (grouped in one array per dtype);
     the key holds their shapes and dtypes, never their values."""
     node_pos: dict = {}  # node -> slot of its first output
-    steps, n, ext = encode(sorted(seen, key=_seq), node_pos)
+    if _FLAT:
+        steps_key, n, ext = encode_key(sorted(seen, key=_seq), node_pos)
+    else:
+        steps, n, ext = encode(sorted(seen, key=_seq), node_pos)
     ext_desc, leaves, const_groups, positions = describe(ext, POSITION)
     out_impls: list = []
     out_codes: list = []
@@ -390,7 +419,11 @@ def _structure(seen: dict, boundary=(), only=None):
             out_codes.append(base + j)
     group_dtypes = tuple(const_groups)
     consts = tuple(np.asarray(const_groups[d], dtype=d) for d in group_dtypes)
-    key = StructureKey((tuple(steps), tuple(ext_desc), tuple(out_codes), n))
+    rest = (tuple(ext_desc), tuple(out_codes), n)
+    if _FLAT:
+        key = StructureKey(rest, steps_key)
+    else:
+        key = StructureKey((tuple(steps), *rest))
     pos = np.asarray(positions, dtype=np.int32) if positions else None
     return node_pos, key, (leaves, pos), consts, out_impls
 

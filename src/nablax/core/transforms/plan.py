@@ -29,7 +29,7 @@ from typing import Any
 
 from ... import _caches, _config
 from ..build import bind_refs
-from ..graph import SCALAR_TYPES, FlatKey, Var, _compiled, encode, new_var, seq_of
+from ..graph import SCALAR_TYPES, FlatKey, Var, _compiled, encode, encode_key, new_var, seq_of
 from ..realize import realize_impls
 from ..tensor import Tensor
 from .trace import Opaque, node_avals
@@ -154,7 +154,10 @@ def signature(order, markers, seeds, trace, depth: int = 0):
         return None, None
     fr = Frame(trace)
     fr.env, flags = scanned
-    steps, _, fr.ext = encode(order, fr.pos)
+    if _compiled is not None:  # the steps' flat key only (see _make_key)
+        steps_key, _, fr.ext = encode_key(order, fr.pos)
+    else:
+        steps, _, fr.ext = encode(order, fr.pos)
     memo: dict = {}
 
     def var_desc(inp):
@@ -188,15 +191,18 @@ def signature(order, markers, seeds, trace, depth: int = 0):
             fr.ext.append(cref if cref is not None else cimpl.lit)
         seed_codes.append((b + j, ~s, cimpl.shape, cimpl.dtype, cimpl.batch_shape))
     marker_slots = tuple(fr.pos.get(m, -1) for m in markers)
-    parts = ((tuple(steps), flags, tuple(ext_desc)), marker_slots, tuple(seed_codes), depth)
+    rest = ((flags, tuple(ext_desc)), marker_slots, tuple(seed_codes), depth)
     # hashed once: the plan cache hashes it on lookup and again when the pass is recorded
-    return _make_key(parts), fr
+    if _compiled is not None:
+        return _make_key(rest, steps_key), fr
+    return _make_key((tuple(steps), *rest)), fr
 
 
-# Compiled: the key flattened into one tuple (graph.FlatKey), so that a lookup compares one
-# contiguous array with the stored key instead of walking its hundreds of nested tuples (in a
-# training step the stored key has left the processor's caches: about 4x faster there). Pure
-# Python keeps the nested key: flattening it there would cost more than it saves.
+# Compiled: the key flattened (graph.FlatKey), the steps written flat straight from the nodes
+# (graph.encode_key), so that a lookup compares contiguous arrays with the stored key instead of
+# walking its hundreds of nested tuples (in a training step the stored key has left the
+# processor's caches: about 4x faster there), and no step tuple is made. Pure Python keeps the
+# nested key: flattening it there would cost more than it saves.
 _make_key = FlatKey if _compiled is not None else _caches.HashedTuple
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from .... import _caches
 from ....errors import DTypeError, op_error
-from ... import dtypes
+from ... import dtypes, graph
 from ...build import TensorImpl, bind_pair, bind_scalar, bind_unary
 from ...dtypes import promote, promote_scalar
 from ...graph import Literal, new_literal, scalar_literal
@@ -23,6 +23,47 @@ from .dtype_rules import resolve, weak_int
 _SCALARS = {bool, int, float, complex}
 _new_tensor = object.__new__
 _new_literal = new_literal
+
+
+def _scalar_tensor_py(
+    prim, params: tuple, x: TensorImpl, lit: Literal, first: bool, dtype
+) -> Tensor:
+    """The tensor of :func:`~nablax.core.build.bind_scalar`'s node: ``prim`` on ``x`` and the
+    scalar ``lit``."""
+    t = _new_tensor(Tensor)
+    t._impl = bind_scalar(prim, params, x, lit, first, dtype)
+    return t
+
+
+def _unary_tensor_py(prim, params: tuple, x: TensorImpl, shape: tuple, dtype) -> Tensor:
+    """The tensor of :func:`~nablax.core.build.bind_unary`'s node."""
+    t = _new_tensor(Tensor)
+    t._impl = bind_unary(prim, params, x, shape, dtype)
+    return t
+
+
+def _pair_tensor_py(
+    prim, params: tuple, a: TensorImpl, b: TensorImpl, shape: tuple, dtype
+) -> Tensor:
+    """The tensor of :func:`~nablax.core.build.bind_pair`'s node."""
+    t = _new_tensor(Tensor)
+    t._impl = bind_pair(prim, params, a, b, shape, dtype)
+    return t
+
+
+# Compiled (core/_graphc.c): the node and its tensor made in one call, no Python frame between
+# the builder and the node (the compiled pair_tensor answers NotImplemented where bind_pair needs
+# Python: batched inputs, or inputs of two different traces)
+if graph._compiled is not None:
+    _scalar_tensor = graph._compiled.scalar_tensor
+    _unary_tensor = graph._compiled.unary_tensor
+    _pair_tensor = graph._compiled.pair_tensor
+else:
+    _scalar_tensor, _unary_tensor, _pair_tensor = (
+        _scalar_tensor_py,
+        _unary_tensor_py,
+        _pair_tensor_py,
+    )
 
 
 def _operand(x, op: str) -> TensorImpl:
@@ -62,26 +103,21 @@ def _binary(name: str, prim, kind: str, a, b) -> Tensor:
             return (wide**s).astype(params[0])
     if type(s) is int:
         s = weak_int(name, s, params[0])
-    t = _new_tensor(Tensor)
-    t._impl = bind_scalar(prim, params, ti, scalar_literal(s, params[0]), first, out_dt)
-    return t
+    return _scalar_tensor(prim, params, ti, scalar_literal(s, params[0]), first, out_dt)
 
 
 def _binary_tt(name, prim, kind: str, ai: TensorImpl, bi: TensorImpl) -> Tensor:
     params, out_dt = resolve(name, kind, promote(ai.dtype, bi.dtype))
     sa, sb = ai.shape, bi.shape
     shape = sa if sa == sb else broadcast_shapes(name, sa, sb)
-    t = _new_tensor(Tensor)
-    t._impl = bind_pair(prim, params, ai, bi, shape, out_dt)
-    return t
+    t = _pair_tensor(prim, params, ai, bi, shape, out_dt)
+    return t if t is not NotImplemented else _pair_tensor_py(prim, params, ai, bi, shape, out_dt)
 
 
 def _unary(name: str, prim, kind: str, x) -> Tensor:
     xi = x._impl if type(x) is Tensor else _operand(x, name)
     params, out_dt = resolve(name, kind, xi.dtype)
-    t = _new_tensor(Tensor)
-    t._impl = bind_unary(prim, params, xi, xi.shape, out_dt)
-    return t
+    return _unary_tensor(prim, params, xi, xi.shape, out_dt)
 
 
 def make_unary(name: str, prim, kind: str) -> Callable[..., Tensor]:
@@ -162,9 +198,7 @@ def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
                 lit.weak = True
                 if x2 and x2 == x2 and lits is not None and len(lits) < 64:
                     lits[x2] = lit
-            t = _new_tensor(Tensor)
-            t._impl = bind_scalar(prim, params, ti, lit, False, out_dt)
-            return t
+            return _scalar_tensor(prim, params, ti, lit, False, out_dt)
         return _binary(name, prim, kind, x1, x2)
 
     f.__name__ = f.__qualname__ = name
