@@ -65,8 +65,8 @@ def test_the_environment_variable_selects_the_pure_python_walks():
         "assert Tensor.__dict__['_wrap'] is Tensor.__dict__['_wrap_py']\n"
         "assert trace._mark_leaves is trace._mark_leaves_py\n"
         "from nablax.core.prims.elementwise import builders as b\n"
-        "assert b._scalar_tensor is b._scalar_tensor_py and b._pair_tensor is b._pair_tensor_py\n"
-        "assert b._unary_tensor is b._unary_tensor_py\n"
+        "assert b.scalar_tensor is b._scalar_tensor_py and b.pair_tensor is b._pair_tensor_py\n"
+        "assert b.unary_tensor is b._unary_tensor_py\n"
         "import nablax as nx\n"
         "x = nx.arange(6.0).reshape(2, 3)\n"
         "assert (x * 2 + 1).sum().item() == 36.0\n"
@@ -109,9 +109,9 @@ def test_the_module_uses_the_compiled_walks_when_built():
         assert trace._mark_leaves is _graphc.mark_leaves
         from nablax.core.prims.elementwise import builders
 
-        assert builders._scalar_tensor is _graphc.scalar_tensor
-        assert builders._unary_tensor is _graphc.unary_tensor
-        assert builders._pair_tensor is _graphc.pair_tensor
+        assert builders.scalar_tensor is _graphc.scalar_tensor
+        assert builders.unary_tensor is _graphc.unary_tensor
+        assert builders.pair_tensor is _graphc.pair_tensor
 
 
 # --- random graphs -------------------------------------------------------------------------
@@ -845,8 +845,8 @@ def test_node1_realizes_a_too_deep_graph_like_the_python_reference():
     compiled = (_graphc.node1, _graphc.scalar_tensor)
     for node1, scalar_tensor in ((build._node1_py, builders._scalar_tensor_py), compiled):
         with nx.config.override(max_graph_depth=100):
-            old = build._node1, builders._scalar_tensor
-            build._node1, builders._scalar_tensor = node1, scalar_tensor
+            old = build._node1, builders.scalar_tensor
+            build._node1, builders.scalar_tensor = node1, scalar_tensor
             try:
                 x = nx.tensor(x0)
                 depths = []
@@ -854,7 +854,7 @@ def test_node1_realizes_a_too_deep_graph_like_the_python_reference():
                     x = x * 0.999 + 0.001
                     depths.append(x._impl.depth)  # 0 once realized
             finally:
-                build._node1, builders._scalar_tensor = old
+                build._node1, builders.scalar_tensor = old
         results.append((depths, x.numpy()))
     assert results[0][0] == results[1][0]
     assert 0 < results[1][0].count(0) and max(results[1][0]) < 200  # cut, and cut alike

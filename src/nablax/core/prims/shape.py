@@ -21,7 +21,7 @@ from jax import lax
 
 from ... import _caches
 from ...errors import ShapeError, op_error
-from ..build import TensorImpl, bind, bind_unary
+from ..build import TensorImpl, bind
 from ..dtypes import promote
 from ..graph import Literal
 from ..host import exact_scalar
@@ -32,6 +32,7 @@ from ._batch import _batch_shape, shift, to_full_batch, unary_rule
 from ._rules import cast_like, is_float_tensor, linear
 from ._util import as_dim, norm_axes, norm_axis, norm_shape
 from .elementwise import astype
+from .elementwise.builders import unary_tensor
 
 
 def _impl(x, op: str) -> TensorImpl:
@@ -354,7 +355,7 @@ def _reshape(x, shape: tuple, op: str) -> Tensor:
     if shape == xi.shape:
         return x if type(x) is Tensor else Tensor._wrap(xi)
     # the output aval is known (reshape_p's rule would give (shape, dtype)): the fast entry
-    return Tensor._wrap(bind_unary(reshape_p, (shape,), xi, shape, xi.dtype))
+    return unary_tensor(reshape_p, (shape,), xi, shape, xi.dtype)
 
 
 def transpose(x, axes: Sequence[int] | None = None) -> Tensor:
@@ -379,9 +380,7 @@ def _transpose(x, axes, op: str) -> Tensor:
     if perm == tuple(range(nd)):
         return x if type(x) is Tensor else Tensor._wrap(xi)
     shape = xi.shape  # the output aval as transpose_p's rule gives it, through the fast entry
-    return Tensor._wrap(
-        bind_unary(transpose_p, (perm,), xi, tuple([shape[p] for p in perm]), xi.dtype)
-    )
+    return unary_tensor(transpose_p, (perm,), xi, tuple([shape[p] for p in perm]), xi.dtype)
 
 
 # (rank, axes) -> True for tuples of plain non-negative ints already checked to be a permutation

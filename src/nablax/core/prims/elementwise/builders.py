@@ -55,11 +55,11 @@ def _pair_tensor_py(
 # the builder and the node (the compiled pair_tensor answers NotImplemented where bind_pair needs
 # Python: batched inputs, or inputs of two different traces)
 if graph._compiled is not None:
-    _scalar_tensor = graph._compiled.scalar_tensor
-    _unary_tensor = graph._compiled.unary_tensor
-    _pair_tensor = graph._compiled.pair_tensor
+    scalar_tensor = graph._compiled.scalar_tensor
+    unary_tensor = graph._compiled.unary_tensor
+    pair_tensor = graph._compiled.pair_tensor
 else:
-    _scalar_tensor, _unary_tensor, _pair_tensor = (
+    scalar_tensor, unary_tensor, pair_tensor = (
         _scalar_tensor_py,
         _unary_tensor_py,
         _pair_tensor_py,
@@ -103,21 +103,21 @@ def _binary(name: str, prim, kind: str, a, b) -> Tensor:
             return (wide**s).astype(params[0])
     if type(s) is int:
         s = weak_int(name, s, params[0])
-    return _scalar_tensor(prim, params, ti, scalar_literal(s, params[0]), first, out_dt)
+    return scalar_tensor(prim, params, ti, scalar_literal(s, params[0]), first, out_dt)
 
 
 def _binary_tt(name, prim, kind: str, ai: TensorImpl, bi: TensorImpl) -> Tensor:
     params, out_dt = resolve(name, kind, promote(ai.dtype, bi.dtype))
     sa, sb = ai.shape, bi.shape
     shape = sa if sa == sb else broadcast_shapes(name, sa, sb)
-    t = _pair_tensor(prim, params, ai, bi, shape, out_dt)
+    t = pair_tensor(prim, params, ai, bi, shape, out_dt)
     return t if t is not NotImplemented else _pair_tensor_py(prim, params, ai, bi, shape, out_dt)
 
 
 def _unary(name: str, prim, kind: str, x) -> Tensor:
     xi = x._impl if type(x) is Tensor else _operand(x, name)
     params, out_dt = resolve(name, kind, xi.dtype)
-    return _unary_tensor(prim, params, xi, xi.shape, out_dt)
+    return unary_tensor(prim, params, xi, xi.shape, out_dt)
 
 
 def make_unary(name: str, prim, kind: str) -> Callable[..., Tensor]:
@@ -198,7 +198,7 @@ def make_binary(name: str, prim, kind: str) -> Callable[..., Tensor]:
                 lit.weak = True
                 if x2 and x2 == x2 and lits is not None and len(lits) < 64:
                     lits[x2] = lit
-            return _scalar_tensor(prim, params, ti, lit, False, out_dt)
+            return scalar_tensor(prim, params, ti, lit, False, out_dt)
         return _binary(name, prim, kind, x1, x2)
 
     f.__name__ = f.__qualname__ = name
