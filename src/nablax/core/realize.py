@@ -338,6 +338,7 @@ class StructureKey:
     def __init__(self, parts: tuple, steps_key: tuple | None = None) -> None:
         """``parts``: the nested key; or, with ``steps_key`` (``encode_key``'s ``(flat, hash)``
         of the steps), its last three parts ``(ext_desc, out_codes, n_slots)``."""
+        self.parts: tuple | None
         if steps_key is None:
             steps, rest = parts[0], tuple(parts[1:])
             steps_key = flat_key(steps) if _FLAT else (steps, hash(steps))

@@ -193,8 +193,8 @@ def signature(order, markers, seeds, trace, depth: int = 0):
     marker_slots = tuple(fr.pos.get(m, -1) for m in markers)
     rest = ((flags, tuple(ext_desc)), marker_slots, tuple(seed_codes), depth)
     # hashed once: the plan cache hashes it on lookup and again when the pass is recorded
-    if _compiled is not None:
-        return _make_key(rest, steps_key), fr
+    if _compiled is not None:  # _make_key is FlatKey
+        return FlatKey(rest, steps_key), fr
     return _make_key((tuple(steps), *rest)), fr
 
 
