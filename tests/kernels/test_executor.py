@@ -158,6 +158,81 @@ def test_tensor_inputs_make_one_node_and_grad_flows_through_vjp(ex):
     np.testing.assert_allclose(rows.numpy(), X @ W, rtol=1e-5, atol=1e-5)
 
 
+def _call_spec(y):
+    """The CallSpec of the kernel node that made ``y``."""
+    return y._impl.src[0].params[0]
+
+
+def _memory_key(spec):
+    """The memory config cache's key of a spec's call."""
+    from nablax.kernels import device_fingerprint
+
+    return (device_fingerprint(), AFFINE.versioned_id, spec.call_key)
+
+
+def test_call_known_equals_the_full_call_and_skips_it_when_repeated(ex):
+    from nablax.kernels import overlay_cache
+
+    x, w, idx = nx.asarray(X), nx.asarray(W), nx.asarray(IDX)
+    key = ("affine", x.shape, w.shape, 1.5)
+    want = affine_reference(X, W, IDX, 1.5)
+    full = ex(AFFINE, x, w, idx, scale=1.5)
+    first = ex.call_known(AFFINE, key, x, w, idx, scale=1.5)  # full path, then memoized
+    assert ex._known.info().size == 1
+    hits = ex._known.hits
+    second = ex.call_known(AFFINE, key, nx.asarray(X), w, idx, scale=1.5)
+    assert ex._known.hits == hits + 1
+    spec = _call_spec(second)  # read before the values are: realizing drops the node
+    assert _call_spec(first) is _call_spec(full) is spec
+    for y in (full, first, second):
+        np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+    # a config stored in the memory cache (generation bump) sends the next call down the full
+    # path, which sees it: the node runs the new config
+    ex.chooser.cache.put(*_memory_key(spec), Unroll(2))
+    third = ex.call_known(AFFINE, key, x, w, idx, scale=1.5)
+    assert _call_spec(third).cfg == Unroll(2) and _call_spec(third) is not spec
+    assert spec.cfg == Unroll(1)
+    np.testing.assert_allclose(third.numpy(), want, rtol=1e-5, atol=1e-5)
+    # an overlay is honoured (never memoized), and the memo is used again after it
+    overlay = {_memory_key(spec): Unroll(3)}
+    with overlay_cache(overlay):
+        assert _call_spec(ex.call_known(AFFINE, key, x, w, idx, scale=1.5)).cfg == Unroll(3)
+    assert _call_spec(ex.call_known(AFFINE, key, x, w, idx, scale=1.5)).cfg == Unroll(2)
+
+
+def test_call_known_under_grad_and_with_keyword_arrays(ex):
+    x, w, idx, b = nx.asarray(X), nx.asarray(W), nx.asarray(IDX), nx.asarray(B)
+
+    def loss(x, w):
+        return nx.sin(ex.call_known(AFFINE, ("affine", 1.5), x, w, idx, scale=1.5)).sum()
+
+    want = jax.grad(lambda x, w: jnp.sum(jnp.sin(affine_reference(x, w, IDX, 1.5))), (0, 1))(X, W)
+    for _ in range(3):  # the full path, then the memo (a differentiated call has its own entry)
+        got = nx.grad(loss, argnums=(0, 1))(x, w)
+        for g, r in zip(got, want):
+            np.testing.assert_allclose(g.numpy(), r, rtol=1e-5, atol=1e-5)
+    assert ex._known.hits >= 2
+    # a keyword array is not one of the positional tensors: such a call is never memoized
+    n = ex._known.info().size
+    for _ in range(2):
+        y = ex.call_known(AFFINE, ("affine-bias",), x, w, idx, scale=1.5, bias=b)
+        np.testing.assert_allclose(
+            y.numpy(), affine_reference(X, W, IDX, 1.5, B), rtol=1e-5, atol=1e-5
+        )
+    assert ex._known.info().size == n
+    # a key that does not fix the shapes or keywords: the stored call is checked, never reused
+    # for other shapes or options
+    loose = ("affine-loose",)
+    x2 = nx.asarray(np.ones((2, 4), np.float32))
+    for xi, sc in ((x, 1.5), (x2, 1.5), (x, 2.0), (x2, 2.0)):
+        ii = idx if xi is x else nx.asarray(IDX[:2])
+        y = ex.call_known(AFFINE, loose, xi, w, ii, scale=sc)
+        ref = affine_reference(np.asarray(xi.numpy()), W, np.asarray(ii.numpy()), sc)
+        np.testing.assert_allclose(y.numpy(), ref, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="call_known"):
+        ex.call_known(AFFINE, ("affine-arrays",), X, W, IDX)
+
+
 # ---- stamps, recording, shard_map, compile ------------------------------------------------------
 
 

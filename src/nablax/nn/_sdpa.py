@@ -107,7 +107,12 @@ def scaled_dot_product_attention(
         # the checks below before, and those checks read nothing else
         if not 0.0 <= dropout_p <= 1.0:
             raise op_error(ValueError, _OP, f"dropout_p={dropout_p} is not in [0, 1]")
-        return _run(q, k, v, {"causal": bool(is_causal), "scale": scale, "layout": "bhsd"})
+        causal = bool(is_causal)
+        # the shapes, dtypes and options fix the kernel's prepared call (executor.call_known)
+        key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, causal, scale)
+        return _executor().call_known(
+            _kernel, key, q, k, v, causal=causal, scale=scale, layout="bhsd"
+        )
     plain = attn_mask is None and not enable_gqa
     dt = q.dtype
     if not (
@@ -182,7 +187,8 @@ _kernel: Any = None
 _default_executor: Any = None
 
 
-def _run(q: Tensor, k: Tensor, v: Tensor, options: dict) -> Tensor:
+def _executor() -> Any:
+    """The default kernel executor (``_kernel`` is set once this has run)."""
     global _kernel, _default_executor
     if _default_executor is None:  # set last: a thread that sees it set sees the kernel too
         from ..kernels import library
@@ -190,4 +196,8 @@ def _run(q: Tensor, k: Tensor, v: Tensor, options: dict) -> Tensor:
 
         _kernel = library.ATTENTION
         _default_executor = default_executor
-    return _default_executor()(_kernel, q, k, v, **options)
+    return _default_executor()
+
+
+def _run(q: Tensor, k: Tensor, v: Tensor, options: dict) -> Tensor:
+    return _executor()(_kernel, q, k, v, **options)

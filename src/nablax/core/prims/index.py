@@ -392,7 +392,7 @@ def _parse(x: TensorImpl, idx):
                 structure.append(_T)
                 tensors.append(item._impl)
                 symbolic = not all(type(d) is int for d in item.shape)  # dynamic_dims
-                raw.append(None if symbolic else np.zeros(item.shape, np.intp))
+                raw.append(None if symbolic else _Zeros(item.shape))  # made only if checked
             else:
                 raise IndexError(
                     f"nx.getitem: index tensors must be integer or bool, got {item.dtype}"
@@ -413,7 +413,20 @@ def _parse(x: TensorImpl, idx):
                     f"arrays are valid indices, got {type(item).__name__} {item!r}"[:200]
                 )
     structure, tensors = _dynamic(x.shape, structure, tensors)
-    return tuple(structure), tensors, (tuple(raw) if check else None)
+    if not check:
+        return tuple(structure), tensors, None
+    stand_in = tuple(np.zeros(r.shape, np.intp) if type(r) is _Zeros else r for r in raw)
+    return tuple(structure), tensors, stand_in
+
+
+class _Zeros:
+    """Stand-in of a pending integer index tensor of known shape: zeros of that shape, made
+    only when NumPy must validate the index (most indexing with a tensor needs no check)."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape: tuple) -> None:
+        self.shape = shape
 
 
 def _device(arr):
