@@ -8,6 +8,7 @@ import gc
 
 import jax
 import numpy as np
+import pytest
 
 import nablax as nx
 from nablax import nn, optim
@@ -150,3 +151,100 @@ def test_training_after_list_surgery_matches_a_fresh_model():
     # the optimizer's checks see the swapped layer too: state from the old tree still fits
     updates, state = opt.update(g2, state, net)
     optim.apply_updates(net, updates)
+
+
+# ---- unflatten programs ---------------------------------------------------------------------
+
+
+class Tagged(nn.Module):
+    """Static fields of several kinds beside children, a None child and nested containers."""
+
+    body: Net
+    skip: nn.Linear | None
+    pair: tuple
+    name: str = nn.field(static=True)
+    sizes: tuple = nn.field(static=True)
+
+    def __init__(self, key, name="t"):
+        self.body = Net(key)
+        self.skip = None
+        self.pair = (nn.Linear(2, 2, key=nx.random.key(9), bias=False), [], ())
+        self.name = name
+        self.sizes = (3, 2)
+
+
+def _same_objects(a, b, path="root"):
+    """``a`` and ``b`` have the same containers and module types, the same ``__dict__`` keys in
+    the same order, and the very same leaves and static values."""
+    assert type(a) is type(b), path
+    if isinstance(a, nn.Module):
+        assert list(vars(a)) == list(vars(b)), path
+        for k in vars(a):
+            _same_objects(vars(a)[k], vars(b)[k], f"{path}.{k}")
+    elif type(a) in (list, tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same_objects(x, y, f"{path}[{i}]")
+    else:
+        assert a is b, path
+
+
+def test_unflatten_programs_rebuild_what_jax_rebuilds():
+    for tree in (Net(nx.random.key(0)), Tagged(nx.random.key(1)), Tagged(nx.random.key(2), "u")):
+        leaves, treedef = _tree.flatten(tree)
+        new_leaves = [nx.ones(x.shape) * 2.0 for x in leaves]
+        hits = _tree._BUILDERS.hits
+        for _ in range(3):  # JAX's walk (and the program made from it), then the program
+            got = _tree.unflatten(treedef, new_leaves)
+            _same_objects(got, jax.tree_util.tree_unflatten(treedef, new_leaves))
+            assert _tree.flatten(got)[0] == new_leaves  # remembered, with the new leaves
+        assert _tree._BUILDERS.hits >= hits + 2
+        net = got.body if isinstance(got, Tagged) else got
+        net.layers.append(nn.Linear(3, 3, key=nx.random.key(3)))
+        _same_as_jax(got)  # a list of a built tree changed in place is seen
+        # leaves that are not tensors, and a wrong leaf count: JAX's walk, JAX's error
+        floats = [float(i) for i in range(len(leaves))]
+        _same_objects(
+            _tree.unflatten(treedef, floats), jax.tree_util.tree_unflatten(treedef, floats)
+        )
+        for bad in (new_leaves[:-1], [*new_leaves, nx.ones(1)]):
+            try:
+                jax.tree_util.tree_unflatten(treedef, bad)
+            except ValueError as e:
+                want = str(e)
+            with pytest.raises(ValueError) as got_err:
+                _tree.unflatten(treedef, bad)
+            assert str(got_err.value) == want
+
+
+def test_training_with_unflatten_programs_matches_jax_trees(monkeypatch):
+    """An optimizer loop (every state and update tree rebuilt by a program) gives exactly the
+    values of the same loop over trees JAX's walk rebuilt."""
+    x = nx.asarray(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3))
+
+    def loss(m, x):
+        body = m.body
+        y = body.head(body.layers[1](body.layers[0](x)))
+        return (y**2).sum() + body.extra[0].sum() * m.pair[0](nx.ones((1, 2))).sum()
+
+    def train():
+        net = Tagged(nx.random.key(4))
+        opt = optim.adamw(0.05)
+        state = opt.init(net)
+        for _ in range(4):
+            g = nx.grad(loss)(net, x)
+            upd, state = opt.update(g, state, net)
+            net = optim.apply_updates(net, upd)
+        assert type(net) is Tagged and net.name == "t" and net.sizes == (3, 2)
+        return [t.numpy() for t in jax.tree_util.tree_leaves((net, state))]
+
+    _tree._BUILDERS.clear()
+    hits = _tree._BUILDERS.hits
+    with_programs = train()
+    assert _tree._BUILDERS.hits > hits
+    monkeypatch.setattr(_tree, "_make_builder", lambda example: None)
+    _tree._BUILDERS.clear()
+    walked = train()
+    assert len(with_programs) == len(walked)
+    for a, b in zip(with_programs, walked):
+        np.testing.assert_array_equal(a, b)

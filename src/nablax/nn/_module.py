@@ -195,7 +195,7 @@ class Module(metaclass=_ModuleMeta):
         jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
         if cls.__setattr__ is Module.__setattr__ and cls.__delattr__ is Module.__delattr__:
             # immutable instances: their trees' flattens are memoized (nablax/tree.py)
-            _tree._register_module(cls, children, Tensor)
+            _tree._register_module(cls, children, static, Tensor)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if self.__dict__.get("_nx_initializing"):
