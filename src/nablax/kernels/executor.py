@@ -113,8 +113,8 @@ class Executor:
         self._specs = _caches.Cache("kernels.executor.specs", _memo_limit, register=False)
         # (op, call key) pairs recorded (NABLAX_OPS_RECORD=1) by this executor
         self._recorded = _caches.Cache("kernels.executor.recorded", _MEMO_SIZE, register=False)
-        # (kernel id, caller's key, differentiated) -> (kernel, spec, generation, policy): calls
-        # through call_known
+        # (kernel id, caller's key, differentiated) -> (kernel, spec, generation, policy, the
+        # call's _known_sig): calls through call_known
         self._known = _caches.Cache("kernels.executor.known", _memo_limit, register=False)
         _LIVE.add(self)
 
