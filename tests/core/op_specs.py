@@ -859,7 +859,7 @@ def _adamw_tree_fn(mod):
             out = fused_nn.adamw_update_tree(
                 [g1, g2], [m1, m2], [v1, v2], count, [p1, p2], 0.9, 0.999, 1e-8, 0.01, -1e-3
             )
-            return tuple(x for triple in out for x in triple)
+            return tuple(x for triple in zip(*out) for x in triple)
         ref = _adamw_fn(jax)
         return ref(g1, m1, v1, count, p1) + ref(g2, m2, v2, count, p2)
 

@@ -152,11 +152,10 @@ def _scale_by_adamw(b1, b2, eps, weight_decay, scale, api) -> GradientTransforma
         need_params(api, params)
         ps = check_against(api, updates, grads, treedef, "grads", params, "params")
         count = increment(state.count)
-        triples = _fused_nn.adamw_update_tree(
+        cols = _fused_nn.adamw_update_tree(
             grads, mus, nus, count, ps, b1, b2, eps, weight_decay, scale
         )
-        cols = list(zip(*triples)) or [(), (), ()]
-        mu, nu, out = (_tree.unflatten(treedef, list(c)) for c in cols)
+        mu, nu, out = (_tree.unflatten(treedef, c) for c in cols)
         return out, ScaleByAdamState(count, mu, nu)
 
     return GradientTransformation(init, update)

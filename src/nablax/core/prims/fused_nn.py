@@ -26,6 +26,7 @@ primal.
 from __future__ import annotations
 
 import math
+import operator
 
 import jax.numpy as jnp
 import numpy as np
@@ -289,6 +290,7 @@ clip_by_global_norm_p = primitive(
 )
 
 _F32 = np.dtype(np.float32)
+_F32_ONLY = frozenset((_F32,))
 
 
 def clip_by_global_norm(leaves: list, max_norm: float) -> list | None:
@@ -296,7 +298,16 @@ def clip_by_global_norm(leaves: list, max_norm: float) -> list | None:
     ``norm < max_norm`` and each ``where(small, g, (g / norm) * max_norm)`` in float32, as
     ``optim.clip_by_global_norm`` computes them), or None where some leaf is not a float32 tensor
     (those keep the separate ops, with their casts) or there is no leaf."""
-    if not leaves or not all(isinstance(g, Tensor) and g.dtype == _F32 for g in leaves):
+    if not leaves:
+        return None
+    if set(map(type, leaves)) == _TENSOR_ONLY:  # the common case: C-level maps, no loop
+        impls = list(map(_IMPL, leaves))
+        if set(map(_DTYPE, impls)) != _F32_ONLY:
+            return None
+        avals = [(i.shape, _F32) for i in impls]  # each clipped leaf: its own aval
+        outs = bind_known(clip_by_global_norm_p, impls, (float(max_norm),), avals)
+        return list(map(Tensor._wrap, outs))
+    if not all(isinstance(g, Tensor) and g.dtype == _F32 for g in leaves):
         return None
     outs = bind(clip_by_global_norm_p, [g._impl for g in leaves], (float(max_norm),))
     return [Tensor._wrap(o) for o in outs]
@@ -384,7 +395,8 @@ def _adamw_fusable(g, m, v, p) -> bool:
 def _adamw_tree_avals(gs, ms, vs, ps) -> list | None:
     """The output avals of one ``adamw`` node over the whole tree (``_adamw_aval``'s, from what
     the check saw) when every parameter fuses (:func:`_adamw_fusable`), else None. One pass with
-    no call per leaf: the dtype rule is looked up once per distinct dtype combination."""
+    no call per leaf: the dtype rule is looked up once per distinct dtype combination. (A loop
+    with slot reads beats ``map`` with ``operator.attrgetter`` here on CPython 3.11: measured.)"""
     m_avals, v_avals, u_avals = [], [], []
     last = None
     T = Tensor
@@ -406,22 +418,33 @@ def _adamw_tree_avals(gs, ms, vs, ps) -> list | None:
     return m_avals + v_avals + u_avals
 
 
-def adamw_update_tree(gs, ms, vs, count: Tensor, ps, b1, b2, eps, weight_decay, scale) -> list:
-    """``[(new m, new v, (direction + weight_decay * p) * scale)]`` per parameter: one node for
-    the whole tree when every parameter fuses (:func:`fused.adam_update` would be one node and
-    ``p`` is a tensor of the direction's shape and dtype), else per parameter as
-    :func:`adamw_update`."""
+_TENSOR_ONLY = frozenset((Tensor,))
+_IMPL = operator.attrgetter("_impl")
+_SHAPE = operator.attrgetter("shape")
+_DTYPE = operator.attrgetter("dtype")
+
+
+def adamw_update_tree(
+    gs, ms, vs, count: Tensor, ps, b1, b2, eps, weight_decay, scale
+) -> tuple[list, list, list]:
+    """``(new m's, new v's, updates)``, one list each with an entry per parameter, the update
+    being ``(direction + weight_decay * p) * scale``: one node for the whole tree when every
+    parameter fuses (:func:`fused.adam_update` would be one node and ``p`` is a tensor of the
+    direction's shape and dtype), else per parameter as :func:`adamw_update`."""
     n = len(gs)
     avals = _adamw_tree_avals(gs, ms, vs, ps) if n else None
     if avals is not None:
         ins = [t._impl for t in (*gs, *ms, *vs, count, *ps)]
         outs = bind_known(adamw_p, ins, (b1, b2, eps, weight_decay, scale, n), avals)
         w = Tensor._wrap
-        return [(w(outs[i]), w(outs[n + i]), w(outs[2 * n + i])) for i in range(n)]
-    return [
-        adamw_update(g, m, v, count, p, b1, b2, eps, weight_decay, scale)
-        for g, m, v, p in zip(gs, ms, vs, ps)
-    ]
+        return list(map(w, outs[:n])), list(map(w, outs[n : 2 * n])), list(map(w, outs[2 * n :]))
+    new_ms, new_vs, ups = [], [], []
+    for g, m, v, p in zip(gs, ms, vs, ps):
+        m, v, u = adamw_update(g, m, v, count, p, b1, b2, eps, weight_decay, scale)
+        new_ms.append(m)
+        new_vs.append(v)
+        ups.append(u)
+    return new_ms, new_vs, ups
 
 
 def adamw_update(g, m, v, count: Tensor, p, b1, b2, eps, weight_decay: float, scale: float):
@@ -475,6 +498,19 @@ def apply_updates(ps: list, us: list) -> list | None:
     leaf, with its casts)."""
     if not ps:
         return None
+    if len(ps) == len(us) and set(map(type, ps)) == set(map(type, us)) == _TENSOR_ONLY:
+        # the common case: C-level maps and list comparisons, no loop over the leaves
+        p_impls, u_impls = list(map(_IMPL, ps)), list(map(_IMPL, us))
+        p_dts = list(map(_DTYPE, p_impls))
+        if (
+            list(map(_SHAPE, p_impls)) != list(map(_SHAPE, u_impls))
+            or p_dts != list(map(_DTYPE, u_impls))
+            or not all(map(_fused._is_float, set(p_dts)))
+        ):
+            return None
+        avals = [(i.shape, i.dtype) for i in p_impls]  # each new parameter: its parameter's
+        outs = bind_known(apply_updates_p, p_impls + u_impls, (len(ps),), avals)
+        return list(map(Tensor._wrap, outs))
     for p, u in zip(ps, us):
         if not (
             type(p) is Tensor
