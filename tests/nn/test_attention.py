@@ -260,7 +260,7 @@ def test_sdpa_checks_hold_after_a_plain_call_was_remembered():
     q, k, v = (nx.asarray(_np((2, 2, 5, 8), i)) for i in range(3))
     _sdpa._PLAIN_OK.clear()
     first = F.scaled_dot_product_attention(q, k, v, is_causal=True).numpy()
-    assert _sdpa._PLAIN_OK.peek(((2, 2, 5, 8),) * 3 + (q.dtype,) * 3)
+    assert _sdpa._PLAIN_OK.data.get(((2, 2, 5, 8),) * 3 + (q.dtype,) * 3)
     again = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3, dropout_p=0)
     ref = jax.nn.dot_product_attention(*(jnp.swapaxes(t.numpy(), 1, 2) for t in (q, k, v)),
                                        is_causal=True, scale=0.3)  # fmt: skip

@@ -101,7 +101,7 @@ def scaled_dot_product_attention(
         attn_mask is None and dropout_key is None and not enable_gqa and CTX.autocast is None
         and (scale is None or type(scale) is float)
         and type(dropout_p) in (float, int)
-        and _PLAIN_OK.get((q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype)) is not None
+        and _PLAIN_OK.data.get((q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype)) is not None
     ):  # fmt: skip
         # the common call (every training step of a transformer): its shapes and dtypes passed
         # the checks below before, and those checks read nothing else
@@ -179,8 +179,9 @@ def scaled_dot_product_attention(
 
 
 # (query, key, value shapes and dtypes) of calls without a mask and grouped-query heads that
-# passed the rank, dtype and head-count checks: those checks depend on nothing else
-_PLAIN_OK = _caches.Cache("nn.sdpa_checked_calls", 1024)
+# passed the rank, dtype and head-count checks: those checks depend on nothing else (a plain
+# dict read on the hot path: the values are cheap to recompute)
+_PLAIN_OK = _caches.DictCache("nn.sdpa_checked_calls", 1024)
 # library.ATTENTION and kernels.executor.default_executor, imported at the first call (kernels
 # import late; an import statement here would run the import machinery on every call)
 _kernel: Any = None

@@ -205,8 +205,9 @@ linear_p = primitive(
 
 # (shapes and dtypes of x, w and b, the autocast dtype, the matmul_precision option) -> (the
 # node's params, its output avals) of fusable calls: everything the checks and the shape rule
-# below read, so a layer called every step skips them
-_LINEAR_CALLS = _caches.Cache("core.linear_calls", 1024)
+# below read, so a layer called every step skips them (a plain dict read on the hot path: the
+# values are cheap to recompute)
+_LINEAR_CALLS = _caches.DictCache("core.linear_calls", 1024)
 
 
 def linear(x: Tensor, w: Tensor, b) -> Tensor | None:
@@ -225,7 +226,7 @@ def linear(x: Tensor, w: Tensor, b) -> Tensor | None:
         xi.shape, wi.shape, bi.shape, xi.dtype, wi.dtype, bi.dtype, CTX.autocast,
         _config.get("matmul_precision"),
     )  # fmt: skip
-    hit = _LINEAR_CALLS.get(key)
+    hit = _LINEAR_CALLS.data.get(key)
     if hit is None:
         params = _linear_params(x, w, b)
         if params is None:
