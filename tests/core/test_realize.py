@@ -314,6 +314,60 @@ def test_split_realization_frees_the_boundary_graph():
         assert probe() is None  # the boundary node was dropped with the graph once both ran
 
 
+def _wide_loss_and_rest(x, temporary: bool):
+    """A loss and a 20-step rest that reads three (256, 256) float32 activations of the loss's
+    graph (768 KiB at the boundary). ``temporary``: the activations' tensors are dropped before
+    the read, so the boundary's sizes come from the graph alone."""
+    a = nx.tanh(x)
+    b = a * 2
+    c = nx.exp(b * 0.01)
+    h = (a + b + c).sum()
+    rest = x
+    for _ in range(20):
+        rest = rest * 0.5 + a * b * c * 1e-3
+    if temporary:
+        return h, rest, None
+    return h, rest, (a, b, c)
+
+
+@pytest.mark.parametrize("temporary", [False, True])
+def test_cpu_rest_with_a_large_boundary_runs_in_the_same_program(temporary):
+    """On the CPU backend, a rest whose inputs from the value's program exceed
+    async_rest_cpu_boundary_mb runs in one program with the value; under the limit it runs as a
+    second program. Other backends always split. The values are the same either way."""
+    xs = (np.arange(256 * 256, dtype=np.float32).reshape(256, 256) % 7) / 7
+    x = nx.tensor(xs)
+    got = {}
+    for mb in (0, 1):  # 768 KiB: over a 0 MiB limit, under a 1 MiB one
+        with _config.override(async_rest_min_nodes=8, async_rest_cpu_boundary_mb=mb):
+            h, rest, keep = _wide_loss_and_rest(x, temporary)
+            before = nx.cache_info().realizations
+            value = h.item()
+            programs = nx.cache_info().realizations - before
+            assert rest.is_realized  # computed with the value either way
+            got[mb] = (value, rest.numpy())
+            del keep
+        split = jax.default_backend() != "cpu" or mb == 1
+        assert programs == (2 if split else 1), (mb, programs)
+    assert got[0][0] == got[1][0]
+    np.testing.assert_array_equal(got[0][1], got[1][1])
+    a = np.tanh(xs)
+    b = a * 2
+    c = np.exp(b * np.float32(0.01))
+    np.testing.assert_allclose(got[0][0], (a + b + c).sum(), rtol=1e-5)
+    rest = xs
+    for _ in range(20):
+        rest = rest * 0.5 + a * b * c * np.float32(1e-3)
+    np.testing.assert_allclose(got[0][1], rest, rtol=1e-5, atol=1e-6)
+
+
+def test_async_rest_cpu_boundary_mb_is_an_option_with_a_checked_value():
+    assert nx.config.async_rest_cpu_boundary_mb == 4
+    with pytest.raises((ValueError, TypeError), match="async_rest_cpu_boundary_mb"):
+        with _config.override(async_rest_cpu_boundary_mb=-1):
+            pass
+
+
 def test_block_until_ready_realizes_and_returns_the_tensor():
     x = nx.ones((2, 2)) * 3
     assert x.block_until_ready() is x and x.is_realized

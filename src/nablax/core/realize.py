@@ -15,12 +15,16 @@ parameters of a training step whose loss is read) are computed in the same reali
 eager step never leaves work behind. When that rest is large (``async_rest_min_nodes``), it runs as
 a second program fed by the first one's boundary values and is not waited for: JAX dispatches it
 asynchronously, so ``loss.item()`` returns as soon as the loss is known and Python builds the next
-step while the backward pass runs. Reading a tensor of the rest waits for it as usual.
+step while the backward pass runs. Reading a tensor of the rest waits for it as usual. On the CPU
+backend the rest runs apart only while the values it reads from the first program fit in
+``async_rest_cpu_boundary_mb``: there the second program shares the cores with Python, so the
+overlap is small, and a large boundary's round trip through memory costs more than it saves.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 import threading
 import weakref
@@ -180,11 +184,44 @@ def _realize(roots, only=None) -> None:
             # The value first, then the rest, dispatched without waiting (JAX runs it
             # asynchronously): reading a loss returns before the backward pass and update finish.
             rest = dict.fromkeys(itertools.islice(both, n_first, None))
-            _run(seen, _boundary(rest, seen))
-            _run(rest, ())
-            return
+            if _split_pays(rest, seen):
+                _run(seen, _boundary(rest, seen))
+                _run(rest, ())
+                return
         seen = both
     _run(seen, ())
+
+
+def _split_pays(rest: dict, first: dict) -> bool:
+    """Whether the rest runs as a second program: always, but on the CPU backend, where it
+    shares the cores with Python and its inputs round-trip through memory, only while the values
+    it reads from the first program fit in ``async_rest_cpu_boundary_mb`` (a deterministic
+    choice: the same graph structure always runs the same way)."""
+    if jax.default_backend() != "cpu":
+        return True
+    budget = _config.get("async_rest_cpu_boundary_mb") * 2**20
+    total = 0
+    counted: set = set()
+    memo: dict = {}
+    for node in rest:
+        for inp in node.inputs:
+            if type(inp) is Var and inp[0] in first and inp not in counted:
+                counted.add(inp)
+                total += _value_bytes(inp[0], inp[1], memo)
+                if total > budget:
+                    return False
+    return True
+
+
+def _value_bytes(node, j: int, memo: dict) -> int:
+    """Bytes of output ``j`` of the pending ``node`` (batch axes included)."""
+    impl = node.outs[j]()
+    if impl is not None:
+        shape, dtype, batch = impl.shape, impl.dtype, impl.batch_shape
+    else:
+        shape, dtype = graph.node_avals(node, memo)[j]  # no live tensor knows the output
+        batch = node.bdims[1] if node.bdims is not None else ()
+    return math.prod(batch) * math.prod(shape) * getattr(dtype, "itemsize", 4)
 
 
 def _boundary(rest: dict, first: dict) -> list:
