@@ -192,7 +192,8 @@ _register(
     "cores with the Python thread building the next graph, so it overlaps little, and its "
     "inputs make a round trip through memory: on a 2-core machine a 19 MiB boundary made a "
     "GPT step 15% slower, a 0.5 MiB one made an MLP step 13% faster. Other backends always "
-    "split.",
+    "split. A value counts by the size its live tensor or its differentiation trace recorded "
+    "(a dropped value of untraced code counts as 0).",
 )
 _register(
     "backward_plans",

@@ -314,47 +314,68 @@ def test_split_realization_frees_the_boundary_graph():
         assert probe() is None  # the boundary node was dropped with the graph once both ran
 
 
-def _wide_loss_and_rest(x, temporary: bool):
-    """A loss and a 20-step rest that reads three (256, 256) float32 activations of the loss's
-    graph (768 KiB at the boundary). ``temporary``: the activations' tensors are dropped before
-    the read, so the boundary's sizes come from the graph alone."""
+def _wide_loss_and_rest(x, kind: str):
+    """A loss and a rest that reads three (256, 256) float32 activations of the loss's graph
+    (768 KiB at the boundary). ``kind``: "live" keeps the activations' tensors; "traced" builds
+    them under ``nx.value_and_grad`` (a training step: the rest is the backward pass and an
+    update; the tensors are dropped, the trace recorded their sizes); "dropped" drops untraced
+    activations (their sizes are unknown and count as 0)."""
+    if kind == "traced":
+
+        def f(w):
+            a = nx.tanh(x * w)
+            b = a * 2
+            c = nx.exp(b * 0.01)
+            return (a * b * c).sum()
+
+        w = nx.tensor(np.float32(0.5))
+        h, g = nx.value_and_grad(f)(w)
+        return h, w - 0.1 * g, None
     a = nx.tanh(x)
     b = a * 2
     c = nx.exp(b * 0.01)
-    h = (a + b + c).sum()
+    h = (a * b * c).sum()
     rest = x
     for _ in range(20):
         rest = rest * 0.5 + a * b * c * 1e-3
-    if temporary:
-        return h, rest, None
-    return h, rest, (a, b, c)
+    return h, rest, ((a, b, c) if kind == "live" else None)
 
 
-@pytest.mark.parametrize("temporary", [False, True])
-def test_cpu_rest_with_a_large_boundary_runs_in_the_same_program(temporary):
+@pytest.mark.parametrize("kind", ["live", "traced", "dropped"])
+def test_cpu_rest_with_a_large_boundary_runs_in_the_same_program(kind):
     """On the CPU backend, a rest whose inputs from the value's program exceed
     async_rest_cpu_boundary_mb runs in one program with the value; under the limit it runs as a
-    second program. Other backends always split. The values are the same either way."""
+    second program (as it does when the sizes are unknown). Other backends always split. The
+    values are the same either way."""
     xs = (np.arange(256 * 256, dtype=np.float32).reshape(256, 256) % 7) / 7
     x = nx.tensor(xs)
     got = {}
     for mb in (0, 1):  # 768 KiB: over a 0 MiB limit, under a 1 MiB one
         with _config.override(async_rest_min_nodes=8, async_rest_cpu_boundary_mb=mb):
-            h, rest, keep = _wide_loss_and_rest(x, temporary)
+            h, rest, keep = _wide_loss_and_rest(x, kind)
             before = nx.cache_info().realizations
             value = h.item()
             programs = nx.cache_info().realizations - before
             assert rest.is_realized  # computed with the value either way
             got[mb] = (value, rest.numpy())
             del keep
-        split = jax.default_backend() != "cpu" or mb == 1
+        split = jax.default_backend() != "cpu" or mb == 1 or kind == "dropped"
         assert programs == (2 if split else 1), (mb, programs)
     assert got[0][0] == got[1][0]
     np.testing.assert_array_equal(got[0][1], got[1][1])
+    if kind == "traced":  # d/dw sum(a * 2a * exp(0.02 a)), a = tanh(x w), at w = 0.5
+        a = np.tanh(xs.astype(np.float64) * 0.5)
+        e = np.exp(0.02 * a)
+        h_ref = (2 * a * a * e).sum()
+        da = 4 * a * e + 2 * a * a * e * 0.02
+        g_ref = (da * (1 - a * a) * xs).sum()
+        np.testing.assert_allclose(got[0][0], h_ref, rtol=1e-5)
+        np.testing.assert_allclose(got[0][1], 0.5 - 0.1 * g_ref, rtol=1e-5)
+        return
     a = np.tanh(xs)
     b = a * 2
     c = np.exp(b * np.float32(0.01))
-    np.testing.assert_allclose(got[0][0], (a + b + c).sum(), rtol=1e-5)
+    np.testing.assert_allclose(got[0][0], (a * b * c).sum(), rtol=1e-5)
     rest = xs
     for _ in range(20):
         rest = rest * 0.5 + a * b * c * np.float32(1e-3)

@@ -202,24 +202,29 @@ def _split_pays(rest: dict, first: dict) -> bool:
     budget = _config.get("async_rest_cpu_boundary_mb") * 2**20
     total = 0
     counted: set = set()
-    memo: dict = {}
     for node in rest:
         for inp in node.inputs:
             if type(inp) is Var and inp[0] in first and inp not in counted:
                 counted.add(inp)
-                total += _value_bytes(inp[0], inp[1], memo)
+                total += _value_bytes(inp[0], inp[1])
                 if total > budget:
                     return False
     return True
 
 
-def _value_bytes(node, j: int, memo: dict) -> int:
-    """Bytes of output ``j`` of the pending ``node`` (batch axes included)."""
+def _value_bytes(node, j: int) -> int:
+    """Bytes of output ``j`` of the pending ``node`` (batch axes included), as its live tensor
+    or its differentiation trace recorded them (a training step's forward values); 0 where
+    neither did (re-running shape rules over the graph for a dropped, untraced value could cost
+    more than the program: such a value does not count against the limit)."""
     impl = node.outs[j]()
     if impl is not None:
         shape, dtype, batch = impl.shape, impl.dtype, impl.batch_shape
     else:
-        shape, dtype = graph.node_avals(node, memo)[j]  # no live tensor knows the output
+        avals = getattr(node, "avals", None)  # set on traced nodes
+        if not avals:
+            return 0
+        shape, dtype = avals[j]
         batch = node.bdims[1] if node.bdims is not None else ()
     return math.prod(batch) * math.prod(shape) * getattr(dtype, "itemsize", 4)
 
