@@ -53,12 +53,13 @@ from jax.sharding import Mesh, NamedSharding
 
 from . import hooks as _hooks
 from .build import bind, impl_from_array
-from .graph import Var, input_aval, node_avals, toposort
+from .graph import Var, toposort
 from .mesh import DeviceMesh, DimSpec, ShardingSpec, devices  # noqa: F401 - re-exported
 from .primitive import primitive
 from .prims import _rules
 from .prims._shard import fit
 from .tensor import Tensor
+from .transforms.trace import input_aval, node_avals
 
 # ---- Tensor.shard and its graph node ---------------------------------------------------------
 

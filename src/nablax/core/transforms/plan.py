@@ -29,20 +29,10 @@ from typing import Any
 
 from ... import _caches, _config
 from ..build import bind_refs
-from ..graph import (
-    SCALAR_TYPES,
-    FlatKey,
-    Var,
-    _compiled,
-    encode,
-    encode_key,
-    new_var,
-    node_avals,
-    seq_of,
-)
+from ..graph import SCALAR_TYPES, FlatKey, Var, _compiled, encode, encode_key, new_var, seq_of
 from ..realize import realize_impls
 from ..tensor import Tensor
-from .trace import Opaque
+from .trace import Opaque, node_avals
 
 _MAX_PLANS = 256
 

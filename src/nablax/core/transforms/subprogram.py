@@ -25,7 +25,6 @@ from ..graph import (
     _next_seq,
     encode,
     end_trace,
-    node_avals,
     run_steps,
     seq_of,
 )
@@ -33,7 +32,7 @@ from ..prims._batch import to_full_batch
 from ..sharding import DeviceMesh, ShardingSpec, named_layout, propagate
 from ..tensor import Tensor
 from .staging import _Tracing, compile_input_p, forget_traced
-from .trace import mark, marker_of, open_trace
+from .trace import mark, marker_of, node_avals, open_trace
 
 
 class _In:

@@ -19,17 +19,7 @@ import numpy as np
 
 from ..build import TensorImpl, bind_known, bind_leaf, impl_from_array
 from ..context import CTX
-from ..graph import (
-    SCALAR_TYPES,
-    Node,
-    Trace,
-    Var,
-    _compiled,
-    end_trace,
-    new_var,
-    node_avals,
-    seq_of,
-)
+from ..graph import SCALAR_TYPES, Node, Trace, Var, _compiled, end_trace, new_var, seq_of
 from ..ops.creation import full
 from ..primitive import primitive
 from ..tensor import Tensor
@@ -232,6 +222,60 @@ def depends(order, markers) -> set:
 
 
 # ---- avals and tensors for node outputs ------------------------------------------------------
+
+
+def _known_avals(n: Node):
+    avals = []
+    nb = len(n.bdims[1]) if n.bdims is not None else 0
+    for j, wr in enumerate(n.outs):
+        impl = wr()
+        if impl is not None:
+            avals.append((impl.shape, impl.dtype))
+        elif n.values is not None and n.values[j] is not None:
+            v = n.values[j]  # physical: drop the batch axes
+            avals.append((tuple(v.shape)[nb:], np.dtype(v.dtype)))
+        else:
+            return None
+    return avals
+
+
+def node_avals(node: Node, memo: dict) -> list:
+    """Output avals of ``node``, recomputed with shape rules where no tensor or value knows them."""
+    r = getattr(node, "avals", None) or memo.get(node)
+    if r is not None:
+        return r
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        if n in memo:
+            stack.pop()
+            continue
+        known = getattr(n, "avals", None) or _known_avals(n)
+        if known is not None:
+            memo[n] = known
+            stack.pop()
+            continue
+        ins = n.inputs
+        assert ins is not None  # no output or value knows the avals: the node is pending
+        missing = [inp[0] for inp in ins if type(inp) is Var and inp[0] not in memo]
+        if missing:
+            stack.extend(missing)
+            continue
+        in_avals = [input_aval(inp, n, memo, k) for k, inp in enumerate(ins)]
+        memo[n] = list(n.prim.abstract_eval(n.params, *in_avals))
+        stack.pop()
+    return memo[node]
+
+
+def input_aval(inp, node: Node, memo: dict, k: int):
+    """Logical ``(shape, dtype)`` of input ``k`` of ``node``."""
+    if type(inp) is Var:
+        return node_avals(inp[0], memo)[inp[1]]
+    v = inp.value
+    if type(v) in SCALAR_TYPES:
+        return ((), inp.dtype)
+    nb = node.bdims[0][k] if node.bdims is not None else 0
+    return (tuple(v.shape)[nb:], np.dtype(v.dtype))
 
 
 def tensor_of(inp, node: Node, memo: dict, k: int):
