@@ -244,6 +244,44 @@ def test_linear_calls_remembered_by_shape_follow_autocast_precision_and_vmap():
         F.linear(x, nx.tensor(_WL[:, :7]), b)
 
 
+def test_layer_norm_calls_remembered_by_shape_follow_dtypes_options_and_vmap():
+    """F.layer_norm's checks of a fusing call are remembered per shapes, dtypes and options: a
+    later call with another eps, dtype, affine shape or normalized_shape gets its own checks
+    (and errors), values match torch's, and batched inputs match a Python loop."""
+    from nablax.core.prims import fused_nn
+
+    x, w, b = nx.tensor(_X), nx.tensor(_W8), nx.tensor(_B8)
+    fused_nn._LN_CALLS.clear()
+    tx, tw, tb = torch.tensor(_X), torch.tensor(_W8), torch.tensor(_B8)
+    for _ in range(2):  # the first call checks, the second reads the memo
+        y = F.layer_norm(x, (8,), w, b)
+        assert _prims(y) == ["layer_norm"] and len(fused_nn._LN_CALLS) == 1
+        _close(y.numpy(), TF.layer_norm(tx, (8,), tw, tb).numpy())
+    y = F.layer_norm(x, 8, w, None, eps=0.5)  # an int shape, no bias, another eps
+    assert y._impl.src[0].params == (1, 0.5, True, False)
+    _close(y.numpy(), TF.layer_norm(tx, (8,), tw, None, eps=0.5).numpy())
+    y = F.layer_norm(x, (3, 8))  # two normalized dims, no affine parameters
+    _close(y.numpy(), TF.layer_norm(tx, (3, 8)).numpy())
+    xb = x.astype(nx.bfloat16)  # another dtype: the separate ops, as before
+    assert "layer_norm" not in _prims(F.layer_norm(xb, (8,)))
+    y = F.layer_norm(x, (8,), nx.tensor(_W8[:1]), b)  # a broadcast weight after the memo
+    assert "layer_norm" not in _prims(y)
+    _close(y.numpy(), TF.layer_norm(tx, (8,), tw[:1].expand(8), tb).numpy())
+    with pytest.raises(ShapeError):
+        F.layer_norm(x, (5,), w, b)
+    with nx.autocast(nx.bfloat16):  # the input is cast first: the full path
+        assert F.layer_norm(x, (8,), w, b).dtype == nx.float32
+    xs = np.stack([_X, 3 * _X + 1])
+    got = nx.vmap(lambda x: F.layer_norm(x, (8,), w, b))(nx.tensor(xs))
+    _close(got.numpy(), np.stack([F.layer_norm(nx.tensor(a), (8,), w, b).numpy() for a in xs]))
+    g = nx.grad(lambda x, w: F.layer_norm(x, (8,), w, b).sum() ** 2, argnums=(0, 1))(x, w)
+    jg = jax.grad(lambda x, w: jnp.sum(_jax_ln(x, w, jnp.asarray(_B8))) ** 2, argnums=(0, 1))(
+        jnp.asarray(_X), jnp.asarray(_W8)
+    )
+    for a, r in zip(g, jg):
+        _close(a.numpy(), np.asarray(r), rtol=1e-3, atol=1e-3)
+
+
 def test_gpt_block_nodes():
     """A pre-norm MLP half-block (LayerNorm, Linear, GELU, Linear, residual) builds 5 forward
     nodes and, with its gradient, one backward node per fused op."""

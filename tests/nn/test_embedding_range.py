@@ -50,3 +50,24 @@ def test_unsigned_ids():
     out = F.embedding(nx.tensor(np.array([3, 9], np.uint8)), nx.tensor(W)).numpy()
     np.testing.assert_array_equal(out[0], W[3])
     assert np.isnan(out[1]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.int32])
+def test_negative_ids_of_narrow_ints_never_read_a_row_of_a_large_table(dtype):
+    """A negative id becomes an unsigned index of 32 bits (2**31 or more): with a table of more
+    rows than a narrow int's unsigned range (-1 as uint8 would be row 255), still a NaN row, and
+    its gradient reaches no row."""
+    big = np.arange(300 * 2, dtype=np.float32).reshape(300, 2)
+    ids = nx.tensor(np.array([-1, 5, -128, 127], dtype))
+    out = F.embedding(ids, nx.tensor(big)).numpy()
+    assert np.isnan(out[[0, 2]]).all()
+    np.testing.assert_array_equal(out[[1, 3]], big[[5, 127]])
+
+    def f(w):
+        e = F.embedding(ids, w)
+        return nx.where(nx.isnan(e), 0.0, e * e).sum()
+
+    g = nx.grad(f)(nx.tensor(big)).numpy()
+    want = np.zeros_like(big)
+    want[[5, 127]] = 2 * big[[5, 127]]
+    np.testing.assert_array_equal(g, want)

@@ -338,10 +338,13 @@ def embedding(input, weight) -> Tensor:
             "cast with ids.astype(nx.int32)",
         )
     w = _t(weight)
+    n = w.shape[0]
     if (
         ids.dtype.kind == "i"
-    ):  # a negative id is out of range too (torch raises), not "from the end"
-        ids = _ew.where(ids < 0, w.shape[0], ids)
+    ):  # a negative id is out of range too (torch raises), not "from the end":
+        # as a 32-bit unsigned index it is 2**31 or more, past every row (one cast node)
+        small = ids.dtype.itemsize <= 4 and type(n) is int and n <= 2**31
+        ids = ids.astype(dtypes.uint32) if small else _ew.where(ids < 0, n, ids)
     # out-of-range ids give NaN rows (a lazy op cannot raise as torch does; never another row)
     return _ix.take(w, ids, axis=0, mode="fill")
 
@@ -377,6 +380,9 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps: float = 1e-
     >>> [round(v, 3) for v in F.layer_norm(nx.tensor([1.0, 3.0]), (2,)).tolist()]
     [-1.0, 1.0]
     """
+    fast = _fused_nn.layer_norm_call(input, normalized_shape, weight, bias, eps)
+    if fast is not None:  # a fusing call whose shapes, dtypes and options were checked before
+        return fast
     x = _float("layer_norm", input)
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if x.shape[x.ndim - len(shape) :] != shape:

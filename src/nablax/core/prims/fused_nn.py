@@ -92,6 +92,47 @@ def layer_norm_fusable(x: Tensor, shape: tuple, weight, bias, eps) -> bool:
     return True
 
 
+# (x's shape and dtype, normalized_shape, the weight's and bias's (shape, dtype) or None, eps) ->
+# the fused node's params, for F.layer_norm's calls that passed the checks below (no autocast,
+# tensors, a float eps): a layer norm called every step skips them (cheap to recompute)
+_LN_CALLS = _caches.DictCache("core.layer_norm_calls", 1024)
+
+
+def layer_norm_call(x, normalized_shape, weight, bias, eps) -> Tensor | None:
+    """``nn.functional.layer_norm``'s one node when the call fuses, else None (the caller takes
+    its full path, which also raises its errors). Applies to a ``Tensor`` input, ``Tensor`` or
+    ``None`` affine parameters, an int or tuple ``normalized_shape`` and a float ``eps``, outside
+    ``nx.autocast`` (which casts the input first); the checks of a fusing call are done once per
+    shapes, dtypes and options."""
+    if not (type(x) is Tensor and type(eps) is float and CTX.autocast is None):
+        return None
+    tn = type(normalized_shape)
+    if not (tn is int or tn is tuple):
+        return None
+    xi = x._impl
+    ins = [xi]
+    key = [xi.shape, xi.dtype, normalized_shape, eps]
+    for a in (weight, bias):
+        if a is None:
+            key.append(None)
+        elif type(a) is Tensor:
+            ai = a._impl
+            ins.append(ai)
+            key.append((ai.shape, ai.dtype))
+        else:
+            return None
+    k = tuple(key)
+    params = _LN_CALLS.data.get(k)
+    if params is None:
+        shape = (normalized_shape,) if tn is int else normalized_shape
+        if x.shape[x.ndim - len(shape) :] != shape or not layer_norm_fusable(
+            x, shape, weight, bias, eps
+        ):
+            return None
+        params = _LN_CALLS.put(k, (len(shape), eps, weight is not None, bias is not None))
+    return Tensor._wrap(bind_known(layer_norm_p, ins, params, ((xi.shape, xi.dtype),))[0])
+
+
 def layer_norm(x: Tensor, n_axes: int, weight, bias, eps: float) -> Tensor:
     """Layer norm of ``x`` over its last ``n_axes`` dims in one node (arguments checked by the
     caller with :func:`layer_norm_fusable`)."""
@@ -173,7 +214,8 @@ gelu_p = primitive(
 
 def gelu(x: Tensor, approximate: bool) -> Tensor:
     """GELU of the float tensor ``x`` in one node."""
-    return Tensor._wrap(bind(gelu_p, [x._impl], (bool(approximate),))[0])
+    xi = x._impl  # the output aval is the input's (gelu_p's rule): the fast entry
+    return Tensor._wrap(bind_known(gelu_p, [xi], (bool(approximate),), ((xi.shape, xi.dtype),))[0])
 
 
 # ---- linear with bias ------------------------------------------------------------------------
