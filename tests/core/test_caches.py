@@ -280,6 +280,7 @@ def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
             "float_scalar": (nx.tensor(b) * 1.5 - 2).numpy(),
             "arccosh_grad": nx.grad(lambda t: nx.arccosh(t).sum())(nx.tensor([2.0, 3.0])).numpy(),
             "transpose": nx.tensor(a).transpose((1, 0)).numpy(),  # a checked permutation
+            "reshape": nx.tensor(a).reshape(3, -1).numpy(),  # a resolved -1
         }
         opt = nx.optim.adam(0.1)
         p = {"w": nx.tensor(b)}
@@ -297,6 +298,7 @@ def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
             "arccosh_grad": 1 / np.sqrt(np.array([2.0, 3.0], np.float32) ** 2 - 1),
             "adam": -0.1 * np.sign(b),  # first Adam step: lr * g / (|g| + eps)
             "transpose": a.T,
+            "reshape": a.reshape(3, 2),
         }
 
     memos = {
@@ -308,6 +310,7 @@ def test_clear_caches_empties_the_per_op_memos_and_ops_stay_right():
         "ops.adam_float_dtypes": fused._FLOAT,
         "ops.jax_probes": elementwise._JAX_PROBES,
         "ops.transpose_perms": shape._PERMS,
+        "ops.reshape_shapes": shape._RESHAPES,
     }
     for _ in range(2):  # the second round runs on emptied memos: same values
         nx.clear_caches()

@@ -74,8 +74,11 @@ def test_reshape_and_transpose_refuse_float_sizes_and_axes_every_time():
     float axes tuple that equals a permutation seen before is refused too (the permutation memo
     checks element types: ``(1.0, 0.0) == (1, 0)``)."""
     x = nx.arange(24).reshape(2, 3, 4)
-    for bad in ((2.5, 3, 4), (6.0, 4)):
-        _raises(TypeError, lambda bad=bad: x.reshape(bad), "reshape", "ints")
+    for _ in range(2):  # the second round finds (6, 4) and (2, 3, 4) memoized for this shape
+        assert x.reshape(6, 4).shape == (6, 4) and x.reshape(2, 3, 4).shape == (2, 3, 4)
+        for bad in ((2.5, 3, 4), (6.0, 4), (2.0, 3, 4)):
+            _raises(TypeError, lambda bad=bad: x.reshape(bad), "reshape", "ints")
+        _raises(ShapeError, lambda: x.reshape(6, 5), "reshape")
     assert x.reshape(np.int64(6), 4).shape == (6, 4)
     for _ in range(2):  # the second call finds (1, 0, 2) memoized
         assert x.transpose(1, 0, 2).shape == (3, 2, 4)

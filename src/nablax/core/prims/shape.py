@@ -21,7 +21,7 @@ from jax import lax
 
 from ... import _caches
 from ...errors import ShapeError, op_error
-from ..build import TensorImpl, bind
+from ..build import TensorImpl, bind, bind_known
 from ..dtypes import promote
 from ..graph import Literal
 from ..host import exact_scalar
@@ -331,6 +331,13 @@ def _reshape(x, shape: tuple, op: str) -> Tensor:
     xi = _impl(x, op)
     if len(shape) == 1 and not isinstance(shape[0], int):
         shape = tuple(shape[0])
+    # the memo takes plain ints only (2.0 == 2, and a float size must still raise)
+    key = (xi.shape, shape) if set(map(type, shape)) == _INT_ONLY else None
+    out = None if key is None else _RESHAPES.data.get(key)
+    if out is not None:  # this request on this shape was checked and resolved before
+        if out == xi.shape:
+            return x if type(x) is Tensor else Tensor._wrap(xi)
+        return unary_tensor(reshape_p, (out,), xi, out, xi.dtype)
     try:
         shape = tuple([d if type(d) is int else as_dim(d) for d in shape])
     except (TypeError, ValueError):
@@ -352,10 +359,16 @@ def _reshape(x, shape: tuple, op: str) -> Tensor:
             f"cannot reshape a tensor of shape {xi.shape} ({size} elements) into {shape}",
             "the product of the new shape must equal the number of elements",
         )
+    if key is not None and set(map(type, xi.shape)) <= _INT_ONLY:
+        _RESHAPES.put(key, shape)
     if shape == xi.shape:
         return x if type(x) is Tensor else Tensor._wrap(xi)
     # the output aval is known (reshape_p's rule would give (shape, dtype)): the fast entry
     return unary_tensor(reshape_p, (shape,), xi, shape, xi.dtype)
+
+
+# (input shape, requested shape) -> output shape of a checked reshape (few per model; bounded)
+_RESHAPES = _caches.DictCache("ops.reshape_shapes", 1024)
 
 
 def transpose(x, axes: Sequence[int] | None = None) -> Tensor:
@@ -505,14 +518,12 @@ def _split(x, indices_or_sections, axis: int, op: str) -> list[Tensor]:
     if isinstance(sections, Tensor):
         sections = sections.numpy()
     if type(sections) is int or np.ndim(sections) == 0:  # np.ndim of an int costs microseconds
-        (k,) = _ints(op, "indices_or_sections", sections)
+        (k,) = (sections,) if type(sections) is int else _ints(op, "indices_or_sections", sections)
         if k <= 0 or n % k:
             raise op_error(
-                ShapeError,
-                op,
-                f"cannot split axis {ax} of size {n} into {k} equal sections",
+                ShapeError, op, f"cannot split axis {ax} of size {n} into {k} equal sections",
                 "pass a list of split indices, or use nx.chunk for unequal sections",
-            )
+            )  # fmt: skip
         sizes = (n // k,) * k
     else:
         idx = [min(max(i if i >= 0 else n + i, 0), n) for i in _ints(op, "indices", sections)]
@@ -527,7 +538,8 @@ def _split(x, indices_or_sections, axis: int, op: str) -> list[Tensor]:
                 st[ax], lim[ax] = a, max(a, b)
                 outs.append(_slice(t, st, lim, [1] * len(xi.shape)))
             return outs
-    return [Tensor._wrap(i) for i in bind(split_p, [xi], (sizes, ax))]
+    avals = tuple([((*xi.shape[:ax], s, *xi.shape[ax + 1 :]), xi.dtype) for s in sizes])  # known
+    return [Tensor._wrap(i) for i in bind_known(split_p, [xi], (sizes, ax), avals)]
 
 
 def unbind(x, axis: int = 0) -> tuple[Tensor, ...]:
