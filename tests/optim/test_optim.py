@@ -545,6 +545,38 @@ def test_second_moments_of_another_structure_are_named():
         opt.update(params, state, dict(params, b=nx.zeros(9)))
 
 
+def test_module_trees_sharing_a_structure_still_have_their_shapes_checked():
+    """Module trees of one model share one memoized structure, so adamw and apply_updates check
+    shapes inside their fused node's checks: a state or update rebuilt on that structure with a
+    leaf of another shape is still refused, naming its path, and a well-shaped one matches the
+    per-leaf reference."""
+    from nablax import nn
+
+    model = nn.Sequential(
+        nn.Linear(3, 4, key=nx.random.key(0)), nn.Linear(4, 2, key=nx.random.key(1))
+    )
+    leaves, treedef = nx.tree.flatten(model)
+    grads = nx.tree.unflatten(treedef, [nx.full(leaf.shape, 0.5) for leaf in leaves])
+    opt = optim.adamw(0.1, weight_decay=0.1)
+    _, state = opt.update(grads, opt.init(model), model)  # a state built on the structure
+    assert nx.tree.flatten(state[0].mu)[1] is treedef and nx.tree.flatten(grads)[1] is treedef
+    wrong = [nx.zeros((7,)) if i == 1 else nx.zeros(leaf.shape) for i, leaf in enumerate(leaves)]
+    for field in ("mu", "nu"):
+        bad = (state[0]._replace(**{field: nx.tree.unflatten(treedef, wrong)}), *state[1:])
+        assert nx.tree.flatten(getattr(bad[0], field))[1] is treedef
+        with pytest.raises(
+            ValueError, match=rf"optim\.adamw: grads.*has shape \(4,\) but state\.{field}"
+        ):
+            opt.update(grads, bad, model)
+    with pytest.raises(ValueError, match=r"optim\.apply_updates: .*has shape \(7,\)"):
+        optim.apply_updates(model, nx.tree.unflatten(treedef, wrong))
+    updates, _ = opt.update(grads, opt.init(model), model)  # the first step, on the fast path
+    new = optim.apply_updates(model, updates)
+    # the first AdamW step: p * (1 - lr * wd) - lr * sign(g)
+    for p, q in zip(leaves, nx.tree.leaves(new)):
+        np.testing.assert_allclose(q.numpy(), p.numpy() * (1 - 0.01) - 0.1, rtol=1e-5, atol=1e-6)
+
+
 def test_a_state_from_another_optimizer_is_refused():
     params = _to_nx(_params_np())
     with pytest.raises(TypeError, match=r"optim\.adam: update: state is a TraceState"):

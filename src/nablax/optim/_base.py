@@ -136,6 +136,21 @@ def check_tree(api: str, tree: Any, name: str, ref: Any, ref_name: str) -> tuple
     return leaves, treedef, check_against(api, tree, leaves, treedef, name, ref, ref_name)
 
 
+def same_structure(tree: Any, *refs: Any) -> tuple[Any, list[list]] | None:
+    """``(treedef, [leaves of tree, leaves of each ref])`` when every ref flattens to the very
+    treedef object that ``tree`` does (module trees of one model share their memoized one), else
+    None. A fused update's own shape and dtype checks then stand for :func:`check_tree`'s; where
+    they fail, the caller runs :func:`check_tree` for its error naming the first difference."""
+    leaves, treedef = _tree.flatten(tree)
+    out = [leaves]
+    for ref in refs:
+        ref_leaves, ref_def = _tree.flatten(ref)
+        if ref_def is not treedef:
+            return None
+        out.append(ref_leaves)
+    return treedef, out
+
+
 def check_against(
     api: str, tree: Any, leaves: list, treedef: Any, name: str, ref: Any, ref_name: str
 ) -> list:
@@ -299,8 +314,14 @@ def apply_updates(params: Any, updates: Any) -> Any:
     (True, [1.5, 1.5], None)
     """
     api = api_name("apply_updates")
+    same = same_structure(updates, params)
+    if same is not None:  # one node when every leaf is exactly p + u (shapes and dtypes checked)
+        treedef, (ups, ps) = same
+        fused = _fused_nn.apply_updates(ps, ups)
+        if fused is not None:
+            return _tree.unflatten(treedef, fused)
     ups, treedef, ps = check_tree(api, updates, "updates", params, "params")
-    fused = _fused_nn.apply_updates(ps, ups)  # one node when every leaf is exactly p + u
+    fused = None if same is not None else _fused_nn.apply_updates(ps, ups)
     if fused is not None:
         return _tree.unflatten(treedef, fused)
     out = []

@@ -25,6 +25,7 @@ from ._base import (
     increment,
     make_chain,
     need_params,
+    same_structure,
     zero_count,
 )
 from ._transforms import (
@@ -147,6 +148,18 @@ def _scale_by_adamw(b1, b2, eps, weight_decay, scale, api) -> GradientTransforma
 
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, ScaleByAdamState]:
         check_state(api, state, ScaleByAdamState)
+        same = None if params is None else same_structure(updates, state.mu, state.nu, params)
+        if same is not None:
+            treedef, (grads, mus, nus, ps) = same
+            # one node when every leaf fuses; its checks (shapes equal) stand for check_tree's
+            avals = _fused_nn.adamw_tree_avals(grads, mus, nus, ps)
+            if avals is not None:
+                count = increment(state.count)
+                cols = _fused_nn.adamw_tree_node(
+                    grads, mus, nus, count, ps, b1, b2, eps, weight_decay, scale, avals
+                )
+                mu, nu, out = (_tree.unflatten(treedef, c) for c in cols)
+                return out, ScaleByAdamState(count, mu, nu)
         grads, treedef, mus = check_tree(api, updates, "grads", state.mu, "state.mu")
         nus = check_against(api, updates, grads, treedef, "grads", state.nu, "state.nu")
         need_params(api, params)

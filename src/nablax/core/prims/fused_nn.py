@@ -435,7 +435,7 @@ def _adamw_fusable(g, m, v, p) -> bool:
     return _adamw_dtypes_ok((gi.dtype, mi.dtype, vi.dtype, pi.dtype))
 
 
-def _adamw_tree_avals(gs, ms, vs, ps) -> list | None:
+def adamw_tree_avals(gs, ms, vs, ps) -> list | None:
     """The output avals of one ``adamw`` node over the whole tree (``_adamw_aval``'s, from what
     the check saw) when every parameter fuses (:func:`_adamw_fusable`), else None. One pass with
     no call per leaf: the dtype rule is looked up once per distinct dtype combination. (A loop
@@ -474,13 +474,9 @@ def adamw_update_tree(
     being ``(direction + weight_decay * p) * scale``: one node for the whole tree when every
     parameter fuses (:func:`fused.adam_update` would be one node and ``p`` is a tensor of the
     direction's shape and dtype), else per parameter as :func:`adamw_update`."""
-    n = len(gs)
-    avals = _adamw_tree_avals(gs, ms, vs, ps) if n else None
+    avals = adamw_tree_avals(gs, ms, vs, ps) if gs else None
     if avals is not None:
-        ins = [t._impl for t in (*gs, *ms, *vs, count, *ps)]
-        outs = bind_known(adamw_p, ins, (b1, b2, eps, weight_decay, scale, n), avals)
-        w = Tensor._wrap
-        return list(map(w, outs[:n])), list(map(w, outs[n : 2 * n])), list(map(w, outs[2 * n :]))
+        return adamw_tree_node(gs, ms, vs, count, ps, b1, b2, eps, weight_decay, scale, avals)
     new_ms, new_vs, ups = [], [], []
     for g, m, v, p in zip(gs, ms, vs, ps):
         m, v, u = adamw_update(g, m, v, count, p, b1, b2, eps, weight_decay, scale)
@@ -488,6 +484,17 @@ def adamw_update_tree(
         new_vs.append(v)
         ups.append(u)
     return new_ms, new_vs, ups
+
+
+def adamw_tree_node(
+    gs, ms, vs, count: Tensor, ps, b1, b2, eps, weight_decay, scale, avals
+) -> tuple[list, list, list]:
+    """:func:`adamw_update_tree`'s one node, with the ``avals`` :func:`adamw_tree_avals` gave."""
+    n = len(gs)
+    ins = [t._impl for t in (*gs, *ms, *vs, count, *ps)]
+    outs = bind_known(adamw_p, ins, (b1, b2, eps, weight_decay, scale, n), avals)
+    w = Tensor._wrap
+    return list(map(w, outs[:n])), list(map(w, outs[n : 2 * n])), list(map(w, outs[2 * n :]))
 
 
 def adamw_update(g, m, v, count: Tensor, p, b1, b2, eps, weight_decay: float, scale: float):
