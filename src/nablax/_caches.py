@@ -227,7 +227,8 @@ class DictCache:
     place). Registered by name like :class:`Cache`: ``nx.cache_info()`` reports its ``size``,
     ``maxsize`` and ``evictions`` (``hits``/``misses`` are ``None``: not counted), and
     ``nx.clear_caches()`` empties it. Use it only where keys come from a small finite set (dtypes,
-    op names, shapes in use) and the values are cheap to recompute.
+    op names, shapes in use) and the values are cheap to recompute, or where the keys in use stay
+    far below the bound (an entry dropped first in, first out is remade once).
 
     >>> c = DictCache("doc.dict_example", maxsize=2, register=False)
     >>> c.put("a", 1), c.put("b", 2), c.put("c", 3)

@@ -26,8 +26,9 @@ from ..transforms.custom import _traced
 from .creation import zeros_like
 
 # (spec, with_res, in_avals) / ("res", spec, in_avals) -> traced output structure; bounded like
-# the executor's memo
-_avals = _caches.Cache("ops.kernel_call_structures", 4096)
+# the executor's memo. A plain dict read on the hot path: an entry costs an abstract trace to
+# remake, but a program calls a few signatures, far below the bound
+_avals = _caches.DictCache("ops.kernel_call_structures", 4096)
 
 
 def _flat_call(spec: CallSpec, with_res: bool):
@@ -46,7 +47,7 @@ def _structure(spec: CallSpec, with_res: bool, in_avals: tuple):
     """(flat output avals, output treedef, output count, whether the output is one array) of a
     call; traced once per signature."""
     key = (spec, with_res, in_avals)
-    hit = _avals.get(key)
+    hit = _avals.data.get(key)
     if hit is not None:
         return hit
     structs = [jax.ShapeDtypeStruct(s, d) for s, d in in_avals]
@@ -103,7 +104,7 @@ def _make_vjp_prim(n_arrays: int, n_res: int, n_out: int) -> Primitive:
 def _res_treedef(spec: CallSpec, in_avals: tuple):
     """The residuals' pytree structure (traced once per signature, like ``_structure``)."""
     key = ("res", spec, in_avals)
-    hit = _avals.get(key)
+    hit = _avals.data.get(key)
     if hit is None:
         structs = [jax.ShapeDtypeStruct(s, d) for s, d in in_avals]
         _, res = jax.eval_shape(spec.with_residuals, *structs)
@@ -149,11 +150,18 @@ def call_on_tensors(spec: CallSpec, leaves: list):
     traced = False
     for i in spec.array_pos:
         x = leaves[i]
+        if type(x) is Tensor:  # the common case: no call to convert it
+            xi = x._impl
+            arrays.append(xi)
+            if not traced and xi.src is not None:
+                traced = _traced(x)
+            continue
         arrays.append(to_impl(x))
         if not traced and isinstance(x, Tensor):
             traced = _traced(x)
     in_avals = tuple([(tuple(i.shape), i.dtype) for i in arrays])
-    avals, y_def, n_out, single = _structure(spec, traced, in_avals)
+    hit = _avals.data.get((spec, traced, in_avals))  # a repeated call (every transformer block)
+    avals, y_def, n_out, single = hit if hit is not None else _structure(spec, traced, in_avals)
     # the output avals are known (kernel_call_p's rule would look up the same _structure)
     impls = bind_known(kernel_call_p, arrays, (spec, traced), avals)
     if single:  # one array out (attention, matmul...): no tree to rebuild
