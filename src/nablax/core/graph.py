@@ -174,8 +174,11 @@ def _self_alive(t: Trace) -> bool:
 def release(node: Node) -> None:
     """Turn a realized node kept for a trace back into an ordinary realized node."""
     vals = node.values
-    if vals is None or any(v is None for v in vals):
+    if vals is None:
         return
+    for v in vals:  # (a loop: no generator frame; ``None in vals`` would compare arrays)
+        if v is None:
+            return
     node.inputs = None
     for wr in node.outs:
         impl = wr()

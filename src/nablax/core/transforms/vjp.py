@@ -10,6 +10,7 @@ differentiated again (``grad(grad(f))``).
 from __future__ import annotations
 
 import functools
+import operator
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -242,11 +243,20 @@ def check_readable(api: str, f, what: str, t: Tensor) -> Tensor:
     return t
 
 
+_TENSOR_ONLY = frozenset((Tensor,))
+_BATCH_SHAPE = operator.attrgetter("_impl.batch_shape")
+
+
 def _cotangents(per_arg, grads: dict, single: bool, api: str = "vjp", f=None):
     out = []
     depth = vmap_depth()
     for a, (treedef, nodes, leaves) in enumerate(per_arg):
-        vals: list[Any] = []
+        if depth == 0 and None not in nodes:  # a model's parameters (Nodes compare by identity)
+            vals = list(map(grads.get, nodes))
+            if set(map(type, vals)) == _TENSOR_ONLY and not any(map(_BATCH_SHAPE, vals)):
+                out.append(_tree.unflatten(treedef, vals))  # each a tensor, none batched
+                continue
+        vals = []
         for node, leaf in zip(nodes, leaves):
             if node is None:
                 vals.append(None)
