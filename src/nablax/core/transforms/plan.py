@@ -24,6 +24,7 @@ gradients against recorded ones for every primitive.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any
 
@@ -190,7 +191,7 @@ def signature(order, markers, seeds, trace, depth: int = 0):
             s = fr.ext_index[key] = len(fr.ext)
             fr.ext.append(cref if cref is not None else cimpl.lit)
         seed_codes.append((b + j, ~s, cimpl.shape, cimpl.dtype, cimpl.batch_shape))
-    marker_slots = tuple(fr.pos.get(m, -1) for m in markers)
+    marker_slots = tuple(map(fr.pos.get, markers, itertools.repeat(-1, len(markers))))
     rest = ((flags, tuple(ext_desc)), marker_slots, tuple(seed_codes), depth)
     # hashed once: the plan cache hashes it on lookup and again when the pass is recorded
     if _compiled is not None:  # _make_key is FlatKey

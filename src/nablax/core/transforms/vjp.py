@@ -356,7 +356,11 @@ def _value_and_grad_impl(api, f, argnums, has_aux, args, kwargs):
                     f"nx.{api}: {_fname(f)} returned a {out.dtype} scalar; differentiate a float "
                     f"output"
                 )
-            markers = dict.fromkeys(n for _, nodes, _ in per_arg for n in nodes if n is not None)
+            nodes = per_arg[0][1]
+            if len(per_arg) == 1 and None not in nodes:  # a model: every leaf marked
+                markers = dict.fromkeys(nodes)
+            else:
+                markers = dict.fromkeys(n for _, ns, _ in per_arg for n in ns if n is not None)
             grads = backward_pass([(out, ones_like(out))], markers, trace, vmap_depth())
             g = _cotangents(per_arg, grads, single, api, f)
         finally:
