@@ -13,6 +13,7 @@ through module references that core/hooks.py binds once, when ``nablax.core.ops`
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -129,7 +130,7 @@ class Tensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return int(math.prod(self._impl.shape))  # exact Python ints (np.prod: 3 us an item())
 
     @property
     def sharding(self):
