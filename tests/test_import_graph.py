@@ -52,6 +52,7 @@ LAYERS = [
         "core realize",
         (
             "nablax.core.realize",
+            "nablax.core.connected",
             "nablax.core.cpu_threads",
             "nablax.core.host_limits",
             "nablax.core.recompiles",

@@ -37,10 +37,10 @@ import numpy as np
 from .. import _caches, _config
 from ..errors import ConcretizationError
 from . import cpu_threads, gc_threshold, graph, host_limits, host_memory, recompiles
-from .context import CTX, reset_prune_threshold
+from .connected import connected
+from .context import CTX
 from .graph import (
     POSITION,
-    SCALAR_TYPES,
     Literal,
     Var,
     collect,
@@ -175,7 +175,7 @@ def _realize(roots, only=None) -> None:
     if only is not None:  # an automatic cut: these outputs only (see realize_impls)
         _run(seen, (), only)
         return
-    extra = _connected(seen)
+    extra = connected(seen)
     if extra:
         n_first = len(seen)
         both = _collect(extra, dict(seen))
@@ -264,97 +264,6 @@ def _run(seen: dict, boundary, only=None) -> None:
     _S.realizations += 1
     CTX.epoch += 1
     _store(out_impls, results)
-
-
-def _connected(seen: dict) -> list:
-    """Nodes of live pending tensors (outside the program) that share a node or a leaf with it."""
-    # One scan of PENDING both finds the candidates and prunes dead or realized entries (entries
-    # realized by the coming program are dropped by the next scan).
-    in_prog = set(seen)
-    leaf_ids = None  # computed on the first candidate only
-    touching: dict = {}  # node -> bool, memo across candidates
-    extra = []
-    live = []
-    ctx = CTX
-    for wr in ctx.pending:
-        impl = wr()
-        if impl is None or impl.value is not None:
-            continue
-        live.append(wr)
-        node = impl.src[0]
-        if node in in_prog or node in touching:
-            continue
-        if leaf_ids is None:
-            leaf_ids = _leaf_ids(seen)
-        if _touches(node, in_prog, leaf_ids, touching):
-            extra.append(node)
-            in_prog.add(node)
-    ctx.pending[:] = live
-    reset_prune_threshold(ctx)
-    return extra
-
-
-def _leaf_ids(seen: dict) -> set:
-    """ids of the realized arrays the collected nodes read."""
-    ids = set()
-    for node in seen:
-        for inp in node.inputs:
-            if type(inp) is Var:
-                m, j = inp
-                if m not in seen and m.values is not None and m.values[j] is not None:
-                    ids.add(id(m.values[j]))
-            elif type(inp.value) not in SCALAR_TYPES:
-                ids.add(id(inp.value))
-    return ids
-
-
-def _touches(start, in_prog, leaf_ids, memo) -> bool:
-    """Whether the pending graph behind ``start`` reads a node of ``in_prog`` or one of the leaf
-    arrays ``leaf_ids``.
-
-    A post-order walk that visits each node once and memoizes the answer for every node it
-    finishes (``memo`` is shared by all candidates of one realization), so the cost is linear in
-    the pending nodes whatever their sharing: residual streams reuse each value several times,
-    and a walk that followed paths instead of nodes took exponential time (112 s at 16 layers)."""
-    got = memo.get(start)
-    if got is not None:
-        return got
-    stack = [start]
-    expanded = set()
-    while stack:
-        n = stack[-1]
-        if n in memo:
-            stack.pop()
-            continue
-        if n not in expanded:  # first visit: children first
-            expanded.add(n)
-            for inp in n.inputs:
-                if type(inp) is Var:
-                    m, j = inp
-                    if m not in in_prog and m not in memo and m not in expanded:
-                        vals = m.values
-                        if vals is None or vals[j] is None:
-                            stack.append(m)
-            continue
-        stack.pop()  # second visit: every pending input is decided
-        hit = False
-        for inp in n.inputs:
-            if type(inp) is Var:
-                m, j = inp
-                if m in in_prog:
-                    hit = True
-                else:
-                    vals = m.values
-                    if vals is not None and vals[j] is not None:
-                        hit = id(vals[j]) in leaf_ids
-                    else:
-                        hit = memo[m]
-            elif type(inp.value) not in SCALAR_TYPES:
-                hit = id(inp.value) in leaf_ids
-            if hit:
-                break
-        memo[n] = hit
-    return memo[start]
 
 
 _seq = operator.attrgetter("seq")
