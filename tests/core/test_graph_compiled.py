@@ -1165,3 +1165,42 @@ def test_a_program_is_compiled_once_per_structure():
     assert nx.cache_info().hits == before.hits + 1
     ((nx.tensor(y) * 2).cos() + 1).sum().item()  # another primitive: a new program
     assert nx.cache_info().compiles == before.compiles + 1
+
+
+def _aliased_ext():
+    """External values where one array comes as a Literal and as an earlier program's Var (a
+    parameter read through its marker and by the optimizer), another twice as a Var."""
+    a, b = np.ones(3, np.float32), np.zeros((2, 2), np.float32)
+    computed = Node()
+    computed.values, computed.outs = [a, b], (None, None)
+    return (
+        a,
+        b,
+        [
+            Literal(a, np.dtype(np.float32)),
+            Literal(2.0, np.dtype(np.float32), True),
+            new_var(Var, (computed, 1)),
+            new_var(Var, (computed, 0)),
+            Literal(b, np.dtype(np.float32)),
+            new_var(Var, (computed, 1)),
+        ],
+    )
+
+
+def test_describe_passes_an_array_read_twice_once():
+    a, b, ext = _aliased_ext()
+    desc, leaves, groups, pos = graph._describe_py(ext, POSITION)
+    f32 = np.dtype(np.float32)
+    assert desc == [((3,), f32), f32, ((2, 2), f32), 0, 1, 1]
+    _same_objects(leaves, [a, b])
+    assert list(groups) == [f32] and groups[f32] == [2.0] and pos == []
+
+
+@needs_c
+def test_describe_passes_an_array_read_twice_once_compiled():
+    _a, _b, ext = _aliased_ext()
+    desc_py, leaves_py, groups_py, _ = graph._describe_py(ext, POSITION)
+    desc_c, leaves_c, groups_c, _ = _graphc.describe(ext, POSITION)
+    assert desc_c == desc_py
+    _same_objects(leaves_c, leaves_py)
+    assert groups_c == groups_py

@@ -155,6 +155,29 @@ def test_describe_names_shape_and_parameter_changes():
     assert realize._S.cache  # the programs themselves were cached as usual
 
 
+def test_describe_names_an_array_read_twice():
+    # one structure, with w read by its marker and its update, then w's marker and v's update
+    nx.clear_caches()
+    keys = []
+    orig = recompiles.note
+    grad = nx.value_and_grad(lambda w: (w * w).sum())
+    w = nx.tensor(np.arange(3, dtype=np.float32))
+    v = nx.tensor(np.ones(3, np.float32))
+    try:
+        recompiles.note = keys.append  # type: ignore[assignment]
+        for upd in (w, v):
+            loss, g = grad(w)
+            new = upd - 0.1 * g
+            loss.item()
+            np.testing.assert_allclose(new.numpy(), upd.numpy() - 0.2 * np.arange(3), rtol=1e-6)
+    finally:
+        recompiles.note = orig
+    assert len(keys) == 2
+    assert "changed from the array of leaf argument 0 again to array float32[3]" in (
+        recompiles.describe(keys[0], keys[1])
+    )
+
+
 def test_kernel_executor_specs_are_bounded_too():
     from nablax.kernels import library
     from nablax.kernels.executor import default_executor

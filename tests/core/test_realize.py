@@ -393,3 +393,25 @@ def test_block_until_ready_realizes_and_returns_the_tensor():
     x = nx.ones((2, 2)) * 3
     assert x.block_until_ready() is x and x.is_realized
     assert x.tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+def test_a_parameter_read_by_its_marker_and_its_update_is_one_argument():
+    # the step reads w through value_and_grad's marker (a node computed when it was made) and as
+    # the update's own input: one argument of the program (graph.describe), with the same values
+    from nablax.core import graph, realize
+
+    w = nx.tensor(np.arange(3, dtype=np.float32))
+    loss, g = nx.value_and_grad(lambda w: (w * w).sum())(w)
+    new = w - 0.1 * g
+    seen = graph.collect([loss._impl.src[0], new._impl.src[0]], {})
+    _, key, (leaves, _), _, _ = realize._structure(seen)
+    assert len(leaves) == 1 and leaves[0] is w._impl.value
+    assert [d for d in key.with_parts(seen)[1] if type(d) is int] == [0]  # leaf 0 again
+    assert loss.item() == 5.0
+    np.testing.assert_allclose(new.numpy(), np.arange(3) * 0.8, rtol=1e-6)
+    # the same structure over two different arrays: its own program, its own values
+    v = nx.tensor(np.full(3, 2.0, np.float32))
+    loss2, g2 = nx.value_and_grad(lambda w: (w * w).sum())(v)
+    other = w - 0.1 * g2
+    assert loss2.item() == 12.0
+    np.testing.assert_allclose(other.numpy(), np.arange(3) - 0.4, rtol=1e-6)

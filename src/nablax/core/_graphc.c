@@ -41,7 +41,7 @@
 
 /* Bumped whenever a function's contract changes: core/graph.py uses the extension only when
  * its VERSION is the one it expects (a stale build in a source checkout is ignored). */
-#define GRAPHC_VERSION 11
+#define GRAPHC_VERSION 12
 
 static PyTypeObject *Var_Type = NULL;
 static PyTypeObject *Node_Type = NULL;
@@ -349,10 +349,28 @@ error:
     return NULL;
 }
 
-/* Append (arr.shape, arr.dtype) to desc and arr to leaves. */
+/* Append (arr.shape, arr.dtype) to desc and arr to leaves; or, for an array already in leaves
+ * (``first`` maps its address to its index there), that index to desc. */
 static int
-add_leaf(PyObject *arr, PyObject *desc, PyObject *leaves)
+add_leaf(PyObject *arr, PyObject *desc, PyObject *leaves, PyObject *first)
 {
+    PyObject *addr = PyLong_FromVoidPtr(arr);
+    if (addr == NULL) {
+        return -1;
+    }
+    PyObject *k = PyDict_GetItemWithError(first, addr); /* borrowed */
+    if (k != NULL || PyErr_Occurred()) {
+        int r = k == NULL || PyList_Append(desc, k) < 0;
+        Py_DECREF(addr);
+        return r ? -1 : 0;
+    }
+    PyObject *index = PyLong_FromSsize_t(PyList_GET_SIZE(leaves));
+    int bad = index == NULL || PyDict_SetItem(first, addr, index) < 0;
+    Py_XDECREF(index);
+    Py_DECREF(addr);
+    if (bad) {
+        return -1;
+    }
     PyObject *shape = PyObject_GetAttr(arr, str_shape);
     PyObject *dtype = shape == NULL ? NULL : PyObject_GetAttr(arr, str_dtype);
     PyObject *pair = dtype == NULL ? NULL : PyTuple_Pack(2, shape, dtype);
@@ -367,6 +385,7 @@ static PyObject *
 graphc_describe(PyObject *self, PyObject *args)
 {
     PyObject *ext, *position, *fast, *desc = NULL, *leaves = NULL, *groups = NULL, *pos = NULL;
+    PyObject *first = NULL; /* id(array) -> its index in leaves (graph._describe_py) */
     if (!PyArg_ParseTuple(args, "OO:describe", &ext, &position) || !ready()) {
         return NULL;
     }
@@ -378,7 +397,8 @@ graphc_describe(PyObject *self, PyObject *args)
     leaves = PyList_New(0);
     groups = PyDict_New();
     pos = PyList_New(0);
-    if (desc == NULL || leaves == NULL || groups == NULL || pos == NULL) {
+    first = PyDict_New();
+    if (desc == NULL || leaves == NULL || groups == NULL || pos == NULL || first == NULL) {
         goto error;
     }
     Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
@@ -452,16 +472,18 @@ graphc_describe(PyObject *self, PyObject *args)
                 continue;
             }
         }
-        int bad = add_leaf(arr, desc, leaves);
+        int bad = add_leaf(arr, desc, leaves, first);
         Py_DECREF(arr);
         if (bad) {
             goto error;
         }
     }
     Py_DECREF(fast);
+    Py_DECREF(first);
     return Py_BuildValue("(NNNN)", desc, leaves, groups, pos);
 error:
     Py_DECREF(fast);
+    Py_XDECREF(first);
     Py_XDECREF(desc);
     Py_XDECREF(leaves);
     Py_XDECREF(groups);

@@ -355,11 +355,16 @@ def _describe_py(ext, position) -> tuple[list, list, dict, list]:
     (core/realize.py): ``(ext_desc, leaves, const_groups, positions)``.
 
     Per external value, ``ext_desc`` gets a leaf array's ``(shape, dtype)`` (the array goes to
-    ``leaves``; a ``Var`` names an array an earlier program computed), an index position's
-    ``"position"`` (its int goes to ``positions``: ``position`` is ``POSITION``), or a Python
-    scalar's dtype (its value goes to ``const_groups[dtype]``, in order). The structure key holds
-    ``ext_desc``, never the values."""
+    ``leaves``; a ``Var`` names an array an earlier program computed), for an array already in
+    ``leaves`` its index there (an int: the program takes each array once, though the graph may
+    read it both as a ``Literal`` and as an earlier program's ``Var``, as a training step reads
+    a parameter through its marker and in the optimizer; JAX's dispatch of a program given one
+    array twice takes twice as long), an index position's ``"position"`` (its int goes to
+    ``positions``: ``position`` is ``POSITION``), or a Python scalar's dtype (its value goes to
+    ``const_groups[dtype]``, in order). The structure key holds ``ext_desc``, never the
+    values."""
     leaves: list = []
+    first: dict = {}  # id(array) -> its index in leaves (the arrays stay alive in ext)
     ext_desc: list = []
     add_desc = ext_desc.append
     const_groups: dict = {}
@@ -384,6 +389,11 @@ def _describe_py(ext, position) -> tuple[list, list, dict, list]:
                 else:
                     group.append(arr)
                 continue
+        k = first.get(id(arr))
+        if k is not None:
+            add_desc(k)
+            continue
+        first[id(arr)] = len(leaves)
         add_desc((arr.shape, arr.dtype))
         leaves.append(arr)
     return ext_desc, leaves, const_groups, positions
@@ -516,7 +526,7 @@ def _load_compiled():
     return _graphc
 
 
-_COMPILED_VERSION = 11
+_COMPILED_VERSION = 12
 _compiled = _load_compiled()
 
 #: Whether the graph walks below run compiled (core/_graphc.c) or in pure Python.

@@ -393,6 +393,8 @@ def _compile(key, baked_consts):
         if type(desc) is tuple:  # a leaf's (shape, dtype)
             plan.append((True, n_leaves))
             n_leaves += 1
+        elif type(desc) is int:  # the array of leaf ``desc`` again (graph.describe)
+            plan.append((True, desc))
         elif desc == "position":  # an index position: the next runtime position
             plan.append((None, n_pos))
             n_pos += 1

@@ -47,6 +47,8 @@ def _short(v, n: int = 80) -> str:
 def _ext(d) -> str:
     if type(d) is tuple:  # a leaf: (shape, dtype)
         return f"array {d[1]}{list(d[0])}"
+    if type(d) is int:  # an array the program already reads as leaf d (graph.describe)
+        return f"the array of leaf argument {d} again"
     if d == "position":
         return "an index position"
     return f"scalar {d}"
