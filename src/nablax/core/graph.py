@@ -358,8 +358,8 @@ def _describe_py(ext, position) -> tuple[list, list, dict, list]:
     ``leaves``; a ``Var`` names an array an earlier program computed), for an array already in
     ``leaves`` its index there (an int: the program takes each array once, though the graph may
     read it both as a ``Literal`` and as an earlier program's ``Var``, as a training step reads
-    a parameter through its marker and in the optimizer; JAX's dispatch of a program given
-    arrays twice was measured at twice the median time), an index position's ``"position"`` (its int goes to
+    a parameter through its marker and in the optimizer: 30 arguments fewer in a GPT-small
+    step), an index position's ``"position"`` (its int goes to
     ``positions``: ``position`` is ``POSITION``), or a Python scalar's dtype (its value goes to
     ``const_groups[dtype]``, in order). The structure key holds ``ext_desc``, never the
     values."""
