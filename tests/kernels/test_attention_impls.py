@@ -115,6 +115,36 @@ def test_blocked_backward_matches_jax_grad_of_the_reference(
     assert ("optimization_barrier" in jaxpr) == (copy_bytes > 0)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_second_order_through_the_kernel_call_matches_the_reference(causal):
+    """grad of grad through attention on Tensors: the backward node's derivative sends
+    cotangents to the residuals (the logsumexp) too, and they must reach q, k and v (they were
+    once dropped: the result was silently wrong by more than its own size)."""
+    q, k, v = _qkv(1, 6, 7, 2, 4, 4, seed=5)
+    dirs = [_rand(x.shape, 40 + i) for i, x in enumerate((q, k, v))]
+
+    def first(attn, mod, tensors):
+        def loss(q, k, v):
+            return mod.sum(attn(q, k, v) ** 2)
+
+        def outer(q, k, v):
+            g = (jax.grad if mod is jnp else nx.grad)(loss, argnums=(0, 1, 2))(q, k, v)
+            return sum(mod.sum(gi * tensors(d)) for gi, d in zip(g, dirs))
+
+        return outer
+
+    ours = first(
+        lambda q, k, v: library.attention(q, k, v, causal=causal, scale=0.5), nx, nx.asarray
+    )
+    ref = first(
+        lambda q, k, v: attention_reference(q, k, v, causal=causal, scale=0.5), jnp, jnp.asarray
+    )
+    got = nx.grad(ours, argnums=(0, 1, 2))(*(nx.asarray(x) for x in (q, k, v)))
+    want = jax.grad(ref, argnums=(0, 1, 2))(q, k, v)
+    for g, w in zip(got, want):
+        _close(g.numpy(), w, jnp.float32)
+
+
 def test_pallas_backward_is_pallas_calls_not_an_xla_loop():
     """The Pallas impl's VJP is two pallas_calls (dK/dV and dQ), not a scan of XLA ops."""
     q, k, v = _qkv(1, 32, 32, 1, 16, 16)

@@ -8,7 +8,10 @@ The node's parameter is the call's :class:`~._call.CallSpec` (kernel, config, st
 realization cache keys on it and repeated calls reuse the compiled program. Under a
 differentiation trace the node also outputs the kernel's residuals (``fwd_with_residuals``), and
 its VJP rule adds one node that lowers to the kernel's ``vjp``; that node's own derivatives (second
-order) and the forward node's JVP come from JAX's derivative of their lowerings.
+order) and the forward node's JVP come from JAX's derivative of their lowerings. Differentiating
+the backward node also gives the residuals cotangents (attention's logsumexp depends on ``q`` and
+``k``), which the kernel's ``vjp`` does not take: then the forward node's VJP is JAX's derivative
+of its whole lowering, residuals included.
 """
 
 from __future__ import annotations
@@ -118,6 +121,12 @@ def _kernel_vjp_rule(params, cts, primals, outs):
     impls = [p._impl if isinstance(p, Tensor) else to_impl(p) for p in primals]
     in_avals = tuple((tuple(i.shape), i.dtype) for i in impls)
     _, y_def, n_out, _ = _structure(spec, with_res, in_avals)
+    if with_res and any(c is not None for c in cts[n_out:]):
+        # Second order: differentiating the backward node sends cotangents to the residuals
+        # (attention's logsumexp) as well as to the outputs. The kernel's vjp takes only the
+        # outputs' (dropping the others gave wrong second derivatives), so the whole node,
+        # residuals included, goes through JAX's derivative of its forward lowering.
+        return _derived_vjp(params, cts, primals, outs)
     if with_res:
         flat = list(outs)
     else:  # built outside a trace but differentiated anyway: recompute the residuals
@@ -176,5 +185,7 @@ def _differentiated(x) -> bool:
     src = x._impl.src
     return src is not None and src[0].trace is not None
 
+
+_derived_vjp = _rules.derived_from_jax(kernel_call_p)["vjp"]
 
 _executor.register_tensor_type(Tensor, call_on_tensors, _differentiated)
