@@ -145,6 +145,20 @@ def test_second_order_through_the_kernel_call_matches_the_reference(causal):
         _close(g.numpy(), w, jnp.float32)
 
 
+def test_second_order_through_the_pallas_kernel_is_a_clear_error():
+    """JAX cannot differentiate pallas_call under a second derivative (an assertion inside JAX):
+    nablax says which call and what to use instead."""
+    q, k, v = (nx.asarray(x) for x in _qkv(1, 16, 16, 2, 8, 8, seed=6))
+    cfg = AttentionCfg(16, 16, impl="pallas")
+
+    def grad_norm(q):
+        g = nx.grad(lambda y: (library.attention(y, k, v, causal=True, cfg=cfg) ** 2).sum())(q)
+        return (g**2).sum()
+
+    with pytest.raises(NotImplementedError, match=r"(?s)kernel_vjp.*impl='pallas'.*impl='xla'"):
+        nx.grad(grad_norm)(q).numpy()
+
+
 def test_pallas_backward_is_pallas_calls_not_an_xla_loop():
     """The Pallas impl's VJP is two pallas_calls (dK/dV and dQ), not a scan of XLA ops."""
     q, k, v = _qkv(1, 32, 32, 1, 16, 16)

@@ -97,6 +97,33 @@ def _restricted(prim: Primitive, params, primals: list, diff_in: tuple, diff_out
     return f
 
 
+class _jax_derivative:
+    """Turns an assertion JAX trips while differentiating ``prim``'s lowering (its internals, not
+    the values: e.g. a Pallas kernel's ``pallas_call`` under a second derivative) into a
+    NotImplementedError that names the primitive and the way out."""
+
+    __slots__ = ("prim", "what", "params")
+
+    def __init__(self, prim: Primitive, what: str, params) -> None:
+        self.prim, self.what, self.params = prim, what, params
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, kind, exc, tb) -> None:
+        if kind is not None and issubclass(kind, AssertionError):
+            detail = f": {exc}" if str(exc) else ""
+            ps = self.params if type(self.params) is tuple else (self.params,)
+            call = next((f" ({p!r})" for p in ps if hasattr(p, "kernel")), "")  # a kernel's call
+            raise NotImplementedError(
+                f"nablax: JAX could not take the {self.what} of {self.prim.name}{call}'s lowering (an "
+                f"assertion inside JAX{detail}), as happens with a Pallas kernel under a second "
+                f"derivative. Fix: take this derivative through an implementation written in JAX "
+                f"operations (nablax's attention: AttentionCfg(impl='xla'), or the default off a "
+                f"GPU)"
+            ) from exc
+
+
 def vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitive:
     """The derived primitive ``vjp[name]``: inputs ``prim``'s primals then the cotangents of its
     outputs ``diff_out``; outputs the cotangents of its inputs ``diff_in`` (``jax.vjp`` of the
@@ -116,8 +143,9 @@ def _make_vjp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitiv
         inner = params[0]
         primals, cts = list(xs[:-n_ct]), xs[-n_ct:]
         f = _restricted(prim, inner, primals, diff_in, diff_out)
-        _, pull = jax.vjp(f, *[primals[i] for i in diff_in])
-        return tuple(pull(tuple(cts)))
+        with _jax_derivative(prim, "VJP", inner):
+            _, pull = jax.vjp(f, *[primals[i] for i in diff_in])
+            return tuple(pull(tuple(cts)))
 
     def shard(params, in_layouts, in_avals, out_avals):
         return tuple(in_layouts[i] for i in diff_in)  # a cotangent is laid out as its primal
@@ -144,8 +172,9 @@ def _make_jvp_prim(prim: Primitive, diff_in: tuple, diff_out: tuple) -> Primitiv
         inner = params[0]
         primals, tans = list(xs[:-n_t]), xs[-n_t:]
         f = _restricted(prim, inner, primals, diff_in, diff_out)
-        _, t_out = jax.jvp(f, tuple(primals[i] for i in diff_in), tuple(tans))
-        return tuple(t_out)
+        with _jax_derivative(prim, "JVP", inner):
+            _, t_out = jax.jvp(f, tuple(primals[i] for i in diff_in), tuple(tans))
+            return tuple(t_out)
 
     def shard(params, in_layouts, in_avals, out_avals):
         # a tangent is laid out as its primal output: the original rule on the primal inputs
