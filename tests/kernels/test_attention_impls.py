@@ -115,15 +115,30 @@ def test_blocked_backward_matches_jax_grad_of_the_reference(
     assert ("optimization_barrier" in jaxpr) == (copy_bytes > 0)
 
 
+@pytest.mark.parametrize("masked", [False, True])  # the plain path / the general (mask, bias) path
 @pytest.mark.parametrize("causal", [False, True])
-def test_second_order_through_the_kernel_call_matches_the_reference(causal):
+def test_second_order_through_the_kernel_call_matches_the_reference(causal, masked):
     """grad of grad through attention on Tensors: the backward node's derivative sends
     cotangents to the residuals (the logsumexp) too, and they must reach q, k and v (they were
     once dropped: the result was silently wrong by more than its own size)."""
-    q, k, v = _qkv(1, 6, 7, 2, 4, 4, seed=5)
+    q, k, v = _qkv(1, 6, 6, 2, 4, 4, seed=5)
     dirs = [_rand(x.shape, 40 + i) for i, x in enumerate((q, k, v))]
+    bias = _rand((6, 6), 50) if masked else None
+    mask = (np.random.default_rng(51).random((6, 6)) > 0.3) | np.eye(6, dtype=bool)
 
-    def first(attn, mod, tensors):
+    def ref_attn(q, k, v):
+        if not masked:
+            return attention_reference(q, k, v, causal=causal, scale=0.5)
+        s = jnp.einsum("bqhd,bkhd->bhqk", q, k) * 0.5 + bias
+        allowed = mask & (np.tril(np.ones((6, 6), bool)) if causal else True)
+        p = jax.nn.softmax(jnp.where(allowed, s, -jnp.inf), -1)
+        return jnp.einsum("bhqk,bkhd->bqhd", p, v)
+
+    def our_attn(q, k, v):
+        kw = dict(mask=nx.asarray(mask), bias=nx.asarray(bias)) if masked else {}
+        return library.attention(q, k, v, causal=causal, scale=0.5, **kw)
+
+    def second(attn, mod, tensors):
         def loss(q, k, v):
             return mod.sum(attn(q, k, v) ** 2)
 
@@ -133,14 +148,10 @@ def test_second_order_through_the_kernel_call_matches_the_reference(causal):
 
         return outer
 
-    ours = first(
-        lambda q, k, v: library.attention(q, k, v, causal=causal, scale=0.5), nx, nx.asarray
+    got = nx.grad(second(our_attn, nx, nx.asarray), argnums=(0, 1, 2))(
+        *(nx.asarray(x) for x in (q, k, v))
     )
-    ref = first(
-        lambda q, k, v: attention_reference(q, k, v, causal=causal, scale=0.5), jnp, jnp.asarray
-    )
-    got = nx.grad(ours, argnums=(0, 1, 2))(*(nx.asarray(x) for x in (q, k, v)))
-    want = jax.grad(ref, argnums=(0, 1, 2))(q, k, v)
+    want = jax.grad(second(ref_attn, jnp, jnp.asarray), argnums=(0, 1, 2))(q, k, v)
     for g, w in zip(got, want):
         _close(g.numpy(), w, jnp.float32)
 
